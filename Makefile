@@ -1,0 +1,44 @@
+# metamod — every target works on a fresh machine: `install` is idempotent and the others depend on it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+export OMP_NUM_THREADS ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export HF_HUB_OFFLINE ?= 1
+export WANDB_MODE ?= offline
+
+.PHONY: install test test-all demo bench lint gpu-smoke clean
+
+# torch==2.13.0 (CPU build) goes in FIRST: peft declares an unpinned torch and would otherwise pull a CUDA build.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(PY) -m pytest -q
+
+test-all: install
+	$(PY) -m pytest -q -m "not gpu and not vllm"
+
+demo: install
+	$(VENV)/bin/metamod demo
+
+bench: install
+	$(PY) benchmarks/run_all.py
+
+lint: install
+	$(VENV)/bin/ruff check metamod tests benchmarks
+	$(VENV)/bin/ruff format --check metamod tests benchmarks
+
+# First thing to run on a new GPU node (after `make install` and `pip install -e .[vllm]`).
+gpu-smoke: install
+	bash scripts/gpu_smoke.sh
+
+clean:
+	rm -rf runs data/moderator checkpoints/demo checkpoints/tiny exports

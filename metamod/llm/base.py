@@ -1,0 +1,68 @@
+"""The one generation protocol every backend implements.
+
+A backend takes a *batch* of chat conversations and returns one :class:`Generation` per conversation and sample
+(``sampling.n`` samples per conversation, conversation-major: all samples of conversation 0, then 1, ...).
+Backends batch internally: vLLM sends one ``LLM.chat`` call, hf one left-padded ``generate`` per micro-batch, the
+OpenAI-compatible client bounded concurrent requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+Message = dict[str, str]
+Conversation = list[Message]
+
+
+@dataclass
+class SamplingConfig:
+    """Decoding settings shared by every backend."""
+
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature; 0 means greedy decoding."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling probability mass."})
+    max_tokens: int = field(default=512, metadata={"help": "Maximum number of new tokens per generation."})
+    n: int = field(default=1, metadata={"help": "Number of samples per conversation."})
+    seed: int | None = field(default=None, metadata={"help": "Random seed for sampling (None: not seeded)."})
+    stop: list[str] | None = field(default=None, metadata={"help": "Strings that end a generation (not included)."})
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+
+
+@dataclass
+class Generation:
+    """One generated completion with its token accounting."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A batched chat-completion backend.
+
+    Attributes:
+        name: a short identifier used in traces (e.g. the model id or path).
+        context_length: the model's maximum context in tokens, or ``None`` when unknown.
+    """
+
+    name: str
+    context_length: int | None
+
+    def chat(self, conversations: list[Conversation], sampling: SamplingConfig) -> list[Generation]:
+        """Generate ``sampling.n`` completions for each conversation in ONE batched call (conversation-major)."""
+        ...
+
+    def count_tokens(self, conversation: Conversation) -> int:
+        """Number of prompt tokens the conversation takes once the chat template is applied."""
+        ...

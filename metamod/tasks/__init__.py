@@ -1,0 +1,1 @@
+"""metamod.tasks"""

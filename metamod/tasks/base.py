@@ -1,0 +1,70 @@
+"""The example type every task yields, and how a question is shown to a model."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Answer kinds understood by :func:`metamod.tasks.grading.is_equivalent`.
+ANSWER_KINDS = ("math", "mc", "yesno", "text")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One benchmark item.
+
+    Attributes:
+        id: stable identifier, unique within a task (used for resume, sharding and train/validation splits).
+        question: the question text, without the options of a multiple-choice item.
+        gold: the reference answer (for ``mc``: the option letter, e.g. ``"B"``).
+        kind: one of :data:`ANSWER_KINDS`; selects the grader.
+        choices: the options of a multiple-choice item, in order (rendered as ``(A) ...``), else ``None``.
+        meta: free-form extras (difficulty level, subject, source split, ...).
+
+    >>> ex = Example(id="q1", question="Which is a fruit?", gold="B", kind="mc", choices=("stone", "apple"))
+    >>> print(ex.prompt_text())
+    Which is a fruit?
+    (A) stone
+    (B) apple
+    """
+
+    id: str
+    question: str
+    gold: str
+    kind: str
+    choices: tuple[str, ...] | None = None
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ANSWER_KINDS:
+            raise ValueError(f"Example {self.id!r}: unknown kind {self.kind!r}; expected one of {ANSWER_KINDS}")
+
+    def prompt_text(self) -> str:
+        """The question as shown to models: multiple-choice options rendered with letters."""
+        if not self.choices:
+            return self.question
+        options = "\n".join(f"({letter}) {text}" for letter, text in zip(string.ascii_uppercase, self.choices))
+        return f"{self.question}\n{options}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "question": self.question,
+            "gold": self.gold,
+            "kind": self.kind,
+            "choices": list(self.choices) if self.choices else None,
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Example:
+        choices = data.get("choices")
+        return cls(
+            id=str(data["id"]),
+            question=data["question"],
+            gold=str(data["gold"]),
+            kind=data["kind"],
+            choices=tuple(choices) if choices else None,
+            meta=dict(data.get("meta") or {}),
+        )
