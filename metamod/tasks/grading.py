@@ -1,0 +1,368 @@
+"""The one grader: pull a final answer out of a response and decide whether it matches the gold answer.
+
+Rewards (``eta``), evaluation accuracy and majority voting all go through this module, so a format that counts
+as correct in one place counts as correct everywhere. An answer that cannot be parsed is never correct.
+
+Math equivalence uses a fast exact/number path first and falls back to ``math-verify``. ``math-verify`` guards
+its sympy work with ``signal.alarm``, which only works on the main thread of the main interpreter; here the
+alarm is used on the main thread only and switched off elsewhere (threads, thread pools), and inputs longer
+than :data:`MAX_MATH_CHARS` never reach sympy, so grading is safe to call from any thread or worker process.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import string
+import threading
+from collections.abc import Sequence
+from fractions import Fraction
+
+logger = logging.getLogger(__name__)
+
+#: Kinds understood by :func:`is_equivalent` (kept equal to ``metamod.tasks.base.ANSWER_KINDS``).
+KINDS = ("math", "mc", "yesno", "text")
+
+#: Longest candidate answer handed to math-verify/sympy; longer ones are graded by the exact paths only.
+MAX_MATH_CHARS = 400
+#: Seconds math-verify may spend per parse/compare when the signal alarm is usable (main thread only).
+MATH_VERIFY_TIMEOUT_S = 5
+
+_MV_LOCK = threading.Lock()
+
+_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_FINAL_ANSWER_RE = re.compile(r"final\s+answer\s*(?:\*\*)?\s*[:：]\s*(?:\*\*)?[ \t]*([^\n]+)", re.IGNORECASE)
+_ANSWER_IS_RE = re.compile(r"\bthe\s+(?:final\s+|correct\s+)?answer\s+is\s*[:：]?[ \t]*", re.IGNORECASE)
+_SENTENCE_RE = re.compile(r"[^\n]*?(?=\.(?:\s|$)|\n|$)")
+_NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
+_UNIT_TAIL_RE = re.compile(r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:[a-zA-Z][a-zA-Z ]*)?$")
+_FRACTION_RE = re.compile(r"^([-+]?\d+)\s*/\s*([-+]?\d+)$")
+_LATEX_FRAC_RE = re.compile(r"^([-+]?)\\[dt]?frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*([-+]?\d+)\s*\}$")
+_THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_ANSWER_PREFIX_RE = re.compile(
+    r"^(?:(?:the\s+)?(?:final\s+|correct\s+)?answer(?:\s+is)?|option|choice)\s*[:：]?\s*", re.IGNORECASE
+)
+_ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+_PUNCT_TABLE = str.maketrans("", "", string.punctuation)
+
+
+class _DropTimeoutDisabledWarning(logging.Filter):
+    """math-verify warns once when its alarm is off; that is intended here (see module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Timeout is disabled" not in record.getMessage()
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_DropTimeoutDisabledWarning())
+
+
+# --------------------------------------------------------------------------------------------- extraction
+
+
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every ``\\boxed{...}`` (balanced braces), in order; unbalanced ones are ignored."""
+    found = []
+    for match in _BOXED_RE.finditer(text):
+        depth, start = 1, match.end()
+        for pos in range(start, len(text)):
+            char = text[pos]
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    found.append(text[start:pos])
+                    break
+    return found
+
+
+def _clean(span: str) -> str | None:
+    span = span.strip().strip("*").strip()
+    if span.endswith("."):
+        span = span[:-1].rstrip()
+    return span or None
+
+
+def extract_answer(text: str | None) -> str | None:
+    """Return the final answer written in a model response, or ``None`` when there is none.
+
+    Precedence: the LAST ``<answer>...</answer>`` span (case-insensitive, may span lines; an empty last span
+    gives ``None``); else the last ``\\boxed{...}``; else the last ``Final Answer:`` line; else the last
+    ``the answer is ...`` phrase. A span that is exactly one ``\\boxed{x}`` is unwrapped to ``x``.
+
+    Args:
+        text: the response (``None`` is allowed and gives ``None``).
+
+    Returns:
+        The answer text, stripped, or ``None``.
+
+    >>> extract_answer("I first said <answer>3</answer>, but on reflection <ANSWER> 4 </ANSWER>")
+    '4'
+    >>> extract_answer(r"So the area is \\boxed{\\frac{1}{2}}.")
+    '\\\\frac{1}{2}'
+    >>> extract_answer("Work...\\nFinal Answer: 1,000 dollars")
+    '1,000 dollars'
+    >>> extract_answer("Adding them up, the answer is 12.")
+    '12'
+    >>> extract_answer("<answer>  </answer>") is None
+    True
+    >>> extract_answer("I am not sure.") is None
+    True
+    """
+    if not text:
+        return None
+    spans = _ANSWER_TAG_RE.findall(text)
+    if spans:
+        span = spans[-1].strip()
+        if not span:
+            return None
+        boxed = _boxed_contents(span)
+        if len(boxed) == 1 and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", span, re.DOTALL):
+            span = boxed[0].strip()
+        return span or None
+    boxed = _boxed_contents(text)
+    if boxed:
+        return _clean(boxed[-1])
+    spans = _FINAL_ANSWER_RE.findall(text)
+    if not spans:
+        phrases = list(_ANSWER_IS_RE.finditer(text))
+        if phrases:
+            sentence = _SENTENCE_RE.match(text, phrases[-1].end())
+            spans = [sentence.group(0)] if sentence else []
+    if spans:
+        inner = _boxed_contents(spans[-1])
+        return _clean(inner[-1] if inner else spans[-1])
+    return None
+
+
+# --------------------------------------------------------------------------------------------- normalisation
+
+
+def _candidate(prediction: str | None) -> str | None:
+    """The answer part of a prediction: an extracted answer when it carries markers, else the stripped text."""
+    if prediction is None:
+        return None
+    prediction = str(prediction)
+    extracted = extract_answer(prediction)
+    if extracted is not None:
+        return extracted
+    if _ANSWER_TAG_RE.search(prediction):  # an explicitly empty <answer></answer>
+        return None
+    return _clean(prediction)
+
+
+def _to_number(text: str) -> Fraction | None:
+    """Parse a plain number: ``1,000``, ``$5``, ``5 dollars``, ``1/2``, ``\\frac{1}{2}``, ``3.0``, ``10%``."""
+    boxed = _boxed_contents(text)
+    if boxed and re.fullmatch(r"\s*\\(?:boxed|fbox)\s*\{.*\}\s*", text, re.DOTALL):
+        text = boxed[-1]
+    text = text.replace("$", "").replace("\\%", "").replace("%", "").replace("\\!", "").replace("\\,", "")
+    text = re.sub(r"\\text\s*\{[^{}]*\}", " ", text)
+    text = _THOUSANDS_RE.sub("", text).strip().rstrip(".").strip()
+    if not text or len(text) > 64:
+        return None
+    match = _LATEX_FRAC_RE.match(text)
+    if match:
+        sign, num, den = match.groups()
+        if int(den) == 0:
+            return None
+        value = Fraction(int(num), int(den))
+        return -value if sign == "-" else value
+    match = _FRACTION_RE.match(text)
+    if match:
+        num, den = match.groups()
+        return None if int(den) == 0 else Fraction(int(num), int(den))
+    match = _UNIT_TAIL_RE.match(text)
+    if match:
+        try:
+            return Fraction(match.group(1))
+        except (ValueError, ZeroDivisionError):
+            return None
+    return None
+
+
+def _number_string(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def _latex_key(text: str) -> str:
+    """A loose string key for non-numeric math answers (spacing, ``$``, ``\\left``/``\\right``, ``\\dfrac``)."""
+    boxed = _boxed_contents(text)
+    if boxed and re.fullmatch(r"\s*\\(?:boxed|fbox)\s*\{.*\}\s*", text, re.DOTALL):
+        text = boxed[-1]
+    text = text.replace("$", "").replace("\\left", "").replace("\\right", "")
+    text = re.sub(r"\\[dt]frac", r"\\frac", text)
+    text = re.sub(r"\\text\s*\{([^{}]*)\}", r"\1", text)
+    return re.sub(r"\s+", "", text).rstrip(".")
+
+
+def _text_key(text: str) -> str:
+    text = text.lower().translate(_PUNCT_TABLE)
+    text = _ARTICLES_RE.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _letter(text: str, choices: Sequence[str] | None) -> str | None:
+    """The option letter named by ``text`` (``(B)``, ``B``, ``B.``, ``B) text``, ``option B``, the option text)."""
+    text = text.strip().strip("*").strip()
+    for _ in range(3):
+        stripped = _ANSWER_PREFIX_RE.sub("", text, count=1).strip().strip("*").strip()
+        if stripped == text:
+            break
+        text = stripped
+    if not text:
+        return None
+    num_options = len(choices) if choices else 26
+    if choices:
+        key = _text_key(text)
+        for index, choice in enumerate(choices):
+            if key and key == _text_key(str(choice)):
+                return string.ascii_uppercase[index]
+    match = re.match(r"^\(([A-Za-z])\)", text) or re.match(r"^([A-Z])(?:[.):\]]|$)", text)
+    if match is None and re.fullmatch(r"[a-z]\.?", text):
+        match = re.match(r"^([a-z])", text)
+    if match is None:
+        return None
+    letter = match.group(1).upper()
+    return letter if string.ascii_uppercase.index(letter) < num_options else None
+
+
+def _yes_no(text: str) -> str | None:
+    text = _ANSWER_PREFIX_RE.sub("", text.strip().strip("*").strip(), count=1)
+    words = text.lower().translate(_PUNCT_TABLE).split()
+    if not words:
+        return None
+    if words[0] in ("yes", "true"):
+        return "yes"
+    if words[0] in ("no", "false"):
+        return "no"
+    return None
+
+
+def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | None = None) -> str | None:
+    """Canonical form of an answer, so that equal answers compare (and vote) equal.
+
+    ``mc`` gives the option letter, ``yesno`` gives ``"yes"``/``"no"``, ``math`` gives an integer or ``p/q``
+    string for plain numbers and a whitespace-free LaTeX key otherwise, ``text`` gives lower-cased words without
+    punctuation or articles. Used for majority voting; :func:`is_equivalent` is the authority on correctness.
+
+    Args:
+        answer: an extracted answer or a response that contains one (``None`` allowed).
+        kind: one of :data:`KINDS`.
+        choices: the options of a multiple-choice item (lets the option text stand for its letter).
+
+    Returns:
+        The canonical string, or ``None`` when the answer cannot be parsed.
+
+    >>> [normalize_answer(a, "math") for a in ["1,000", "$1000", "1000.0 dollars", "0.5", r"\\frac{1}{2}"]]
+    ['1000', '1000', '1000', '1/2', '1/2']
+    >>> [normalize_answer(a, "mc", ["cat", "dog"]) for a in ["(B)", "b", "Answer: B", "Dog", "(C)"]]
+    ['B', 'B', 'B', 'B', None]
+    >>> normalize_answer("True.", "yesno"), normalize_answer("maybe", "yesno")
+    ('yes', None)
+    """
+    _check_kind(kind)
+    candidate = _candidate(answer)
+    if candidate is None:
+        return None
+    if kind == "math":
+        number = _to_number(candidate)
+        if number is not None:
+            return _number_string(number)
+        return _latex_key(candidate) or None
+    if kind == "mc":
+        return _letter(candidate, choices)
+    if kind == "yesno":
+        return _yes_no(candidate)
+    return _text_key(candidate) or None
+
+
+# --------------------------------------------------------------------------------------------- equivalence
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"Unknown answer kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def _wrap_latex(text: str) -> str:
+    return text if "$" in text or "\\(" in text or "\\[" in text else f"${text}$"
+
+
+def _math_verify_equal(candidate: str, gold: str) -> bool:
+    """Symbolic comparison via math-verify; signal timeouts only on the main thread."""
+    from math_verify import parse, verify
+
+    on_main = threading.current_thread() is threading.main_thread()
+    seconds = MATH_VERIFY_TIMEOUT_S if on_main else None
+    with _MV_LOCK:
+        gold_parsed = parse(_wrap_latex(gold), parsing_timeout=seconds)
+        if not gold_parsed:
+            return False
+        for text in dict.fromkeys([_wrap_latex(candidate), candidate]):
+            target = parse(text, parsing_timeout=seconds)
+            if target and verify(gold_parsed, target, timeout_seconds=seconds):
+                return True
+    return False
+
+
+def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequence[str] | None = None) -> bool:
+    """Whether ``prediction`` is a correct answer for ``gold``.
+
+    ``prediction`` is normally an extracted answer; a response with answer markers (``<answer>``, ``\\boxed``,
+    ``Final Answer:``) also works. ``None``, empty or unparsable predictions are never correct.
+
+    Args:
+        prediction: the predicted answer.
+        gold: the reference answer (a letter for ``mc``, yes/no for ``yesno``).
+        kind: ``math`` (numbers, fractions, LaTeX via math-verify), ``mc`` (option letter or option text),
+            ``yesno`` (yes/no/true/false) or ``text`` (normalised exact match).
+        choices: the options of a multiple-choice item.
+
+    Returns:
+        ``True`` when equivalent.
+
+    Raises:
+        ValueError: for an unknown ``kind``.
+
+    >>> is_equivalent("1,000", "1000", "math"), is_equivalent("$5", "5", "math"), is_equivalent("0.5", "1/2", "math")
+    (True, True, True)
+    >>> is_equivalent(r"\\boxed{\\frac{1}{2}}", "0.5", "math"), is_equivalent("41", "42", "math")
+    (True, False)
+    >>> is_equivalent("B) dog", "B", "mc", ["cat", "dog"]), is_equivalent("cat", "B", "mc", ["cat", "dog"])
+    (True, False)
+    >>> is_equivalent("True", "yes", "yesno"), is_equivalent("The Eiffel tower!", "eiffel Tower", "text")
+    (True, True)
+    >>> is_equivalent(None, "42", "math"), is_equivalent("", "yes", "yesno"), is_equivalent("no idea", "7", "math")
+    (False, False, False)
+    >>> is_equivalent("7", "7", "number")
+    Traceback (most recent call last):
+    ...
+    ValueError: Unknown answer kind 'number'; expected one of math, mc, yesno, text
+    """
+    _check_kind(kind)
+    candidate = _candidate(prediction)
+    if candidate is None or gold is None or not str(gold).strip():
+        return False
+    gold = str(gold).strip()
+    if kind == "mc":
+        letter = _letter(candidate, choices)
+        return letter is not None and letter == _letter(gold, choices)
+    if kind == "yesno":
+        answer = _yes_no(candidate)
+        return answer is not None and answer == _yes_no(gold)
+    if kind == "text":
+        key = _text_key(candidate)
+        return bool(key) and key == _text_key(gold)
+    # math: exact numbers, then a loose string key, then symbolic comparison.
+    gold_number, number = _to_number(gold), _to_number(candidate)
+    if gold_number is not None and number is not None:
+        return gold_number == number
+    key = _latex_key(candidate)
+    if key and key == _latex_key(gold):
+        return True
+    if len(candidate) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS:
+        return False
+    return _math_verify_equal(candidate, gold)

@@ -1,0 +1,222 @@
+"""The shared grader: answer extraction, equivalence per kind, normalisation, thread safety."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from metamod.tasks.grading import KINDS, extract_answer, is_equivalent, normalize_answer
+
+# ------------------------------------------------------------------------------------------- extract_answer
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<answer>3</answer> then <answer>4</answer>", "4"),
+        ("<Answer>\n  12\n</Answer>", "12"),
+        ("\\boxed{7} but <answer>8</answer>", "8"),  # a tag beats a boxed answer
+        ("<answer>\\boxed{9}</answer>", "9"),
+        ("first \\boxed{1}, finally \\boxed{\\frac{2}{3}}", "\\frac{2}{3}"),
+        ("\\boxed{\\left\\{1, 2\\right\\}}", "\\left\\{1, 2\\right\\}"),
+        ("Final Answer: 15 apples.\n", "15 apples"),
+        ("**Final Answer:** 15", "15"),
+        ("So the answer is 21. Done.", "21"),
+        ("the answer is 1, and then the answer is 2", "2"),
+        ("Final Answer: 5\nthe answer is 6", "5"),  # Final Answer comes before the phrase fallback
+        ("\\boxed{3}\nFinal Answer: 5", "3"),  # boxed comes before Final Answer
+        ("<answer></answer>", None),
+        ("<answer>   </answer> the answer is 5", None),  # the last tag is empty: explicitly no answer
+        ("\\boxed{12", None),  # unbalanced
+        ("I think it is twelve-ish", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+# ------------------------------------------------------------------------------------------- math
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold"),
+    [
+        ("42", "42"),
+        ("1,000", "1000"),
+        ("1000", "1,000"),
+        ("$5", "5"),
+        ("5 dollars", "5"),
+        ("$1,234.50", "1234.5"),
+        ("1/2", "0.5"),
+        ("0.5", "1/2"),
+        ("\\frac{1}{2}", "0.5"),
+        ("\\dfrac{1}{2}", "1/2"),
+        ("$\\frac{1}{2}$", "\\frac{1}{2}"),
+        ("\\boxed{42}", "42"),
+        ("The answer is \\boxed{42}.", "42"),
+        ("<answer>18</answer>", "18"),
+        ("3.0", "3"),
+        ("-4", "-4"),
+        ("x = 5", "5"),
+        ("\\sqrt{2}", "\\sqrt 2"),
+        ("(3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+        ("6-5i", "6 - 5i"),
+    ],
+)
+def test_math_correct(prediction, gold):
+    assert is_equivalent(prediction, gold, "math")
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold"),
+    [
+        ("41", "42"),
+        ("1,001", "1000"),
+        ("1,2", "12"),  # not a thousands separator
+        ("0.51", "1/2"),
+        ("\\frac{1}{3}", "0.5"),
+        ("5 and 6", "56"),
+        ("no idea", "7"),
+        ("", "7"),
+        ("   ", "7"),
+        (None, "7"),
+        ("<answer></answer>", "7"),
+        ("1" * 100_000, "5"),  # pathological length never reaches sympy
+        ("\\frac{1}{0}", "0"),
+    ],
+)
+def test_math_wrong_or_unparsable(prediction, gold):
+    assert not is_equivalent(prediction, gold, "math")
+
+
+# ------------------------------------------------------------------------------------------- mc / yesno / text
+
+CHOICES = ["a cat", "the dog", "a bird", "fish"]
+
+
+@pytest.mark.parametrize(
+    "prediction", ["B", "(B)", "B.", "B)", "B) the dog", "(b)", "b", "option B", "Option B", "Answer: B",
+                   "The answer is B", "<answer>(B)</answer>", "the dog", "Dog", "DOG.", "**B**"]
+)
+def test_mc_correct_forms(prediction):
+    assert is_equivalent(prediction, "B", "mc", CHOICES)
+
+
+@pytest.mark.parametrize("prediction", ["A", "(C)", "a cat", "E", "(E)", "cow", "", None, "Both", "I think"])
+def test_mc_wrong_or_unparsable(prediction):
+    assert not is_equivalent(prediction, "B", "mc", CHOICES)
+
+
+def test_mc_without_choices_uses_letters_only():
+    assert is_equivalent("(C)", "C", "mc")
+    assert not is_equivalent("the dog", "B", "mc")
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "expected"),
+    [
+        ("yes", "yes", True),
+        ("Yes.", "yes", True),
+        ("TRUE", "yes", True),
+        ("true", "True", True),
+        ("No, because penguins cannot fly.", "no", True),
+        ("false", "no", True),
+        ("<answer>No</answer>", "no", True),
+        ("yes", "no", False),
+        ("maybe", "yes", False),
+        ("", "yes", False),
+        (None, "no", False),
+        ("noted", "no", False),
+    ],
+)
+def test_yesno(prediction, gold, expected):
+    assert is_equivalent(prediction, gold, "yesno") is expected
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "expected"),
+    [
+        ("The Eiffel Tower", "eiffel tower", True),
+        ("  eiffel   tower! ", "Eiffel Tower", True),
+        ("Louvre", "Eiffel Tower", False),
+        ("", "Eiffel Tower", False),
+        ("the", "a", False),  # only articles: nothing left to compare
+        (None, "x", False),
+    ],
+)
+def test_text(prediction, gold, expected):
+    assert is_equivalent(prediction, gold, "text") is expected
+
+
+def test_unknown_kind_lists_kinds():
+    with pytest.raises(ValueError, match="math, mc, yesno, text"):
+        is_equivalent("1", "1", "numeric")
+    with pytest.raises(ValueError, match="Unknown answer kind"):
+        normalize_answer("1", "numeric")
+
+
+def test_empty_gold_is_never_matched():
+    for kind in KINDS:
+        assert not is_equivalent("", "", kind)
+        assert not is_equivalent("x", "", kind)
+
+
+# ------------------------------------------------------------------------------------------- normalize_answer
+
+
+@pytest.mark.parametrize(
+    ("answers", "kind", "expected"),
+    [
+        (["1,000", "1000", "$1000", "1000.0", "1000 dollars", "\\boxed{1000}", "<answer>1,000</answer>"], "math", "1000"),
+        (["0.5", "1/2", "\\frac{1}{2}", "$\\frac{1}{2}$"], "math", "1/2"),
+        (["(B)", "B", "B.", "b", "option B", "B) the dog", "the dog"], "mc", "B"),
+        (["yes", "Yes.", "true", "TRUE"], "yesno", "yes"),
+        (["The Eiffel Tower.", "eiffel tower"], "text", "eiffel tower"),
+    ],
+)
+def test_normalize_answer_groups_equal_answers(answers, kind, expected):
+    choices = CHOICES if kind == "mc" else None
+    assert {normalize_answer(a, kind, choices) for a in answers} == {expected}
+
+
+def test_normalize_answer_unparsable_is_none():
+    assert normalize_answer(None, "math") is None
+    assert normalize_answer("", "mc", CHOICES) is None
+    assert normalize_answer("(Z)", "mc", CHOICES) is None
+    assert normalize_answer("perhaps", "yesno") is None
+    assert normalize_answer("\\left( 3, 4 \\right)", "math") == "(3,4)"
+
+
+# ------------------------------------------------------------------------------------------- threads
+
+THREAD_CASES = [
+    ("(3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)", "math", True),
+    ("\\sqrt{2}", "\\sqrt 2", "math", True),
+    ("x^2+7x+10", "(x+5)(x+2)", "math", True),
+    ("\\frac{1}{3}", "\\frac{2}{3}", "math", False),
+    ("1,000", "1000", "math", True),
+    ("B", "B", "mc", True),
+    ("no", "yes", "yesno", False),
+]
+
+
+def test_grading_is_safe_in_a_thread_pool():
+    """math-verify's signal alarm fails off the main thread; the grader must switch it off there."""
+    jobs = THREAD_CASES * 6
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda case: is_equivalent(case[0], case[1], case[2], CHOICES), jobs))
+    assert results == [case[3] for case in jobs]
+
+
+def test_grading_in_a_plain_thread():
+    out = {}
+
+    def work():
+        out["value"] = is_equivalent("\\sqrt{8}", "2\\sqrt{2}", "math")
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=60)
+    assert out == {"value": True}
