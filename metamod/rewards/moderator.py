@@ -1,0 +1,313 @@
+"""The moderator's output protocol and its rewards (Meta-Moderator, section 3.4).
+
+A moderator answers each debate round with exactly one of two outputs:
+
+* ``CONTINUE`` -- alone, nothing else;
+* ``STOP`` followed by one ``<answer>...</answer>`` span holding the final answer, nothing else.
+
+:func:`parse_decision` is the ONE parser of that protocol: the rewards below and the evaluation's moderator decision
+layers both call it, so training and inference never disagree on what a moderator said.
+
+Parsing rules (all decided here and tested in ``tests/test_rewards.py``):
+
+* Surrounding whitespace is ignored; whitespace (spaces, newlines) between ``STOP`` and ``<answer>`` is optional.
+* Keywords and tags are case-sensitive: ``STOP``/``CONTINUE`` in capitals, ``<answer>``/``</answer>`` in lower
+  case, exactly as every metamod prompt asks. ``stop <answer>4</answer>`` is not recognised (action ``None``): a
+  policy trained on these rewards learns the exact protocol, and inference never guesses.
+* ``STOP`` + one non-empty span + nothing else is valid. Text after ``</answer>``, a second span, an empty span or
+  unmatched tags make it invalid (``valid=False``) while ``action`` stays ``"STOP"`` and ``answer`` keeps the first
+  non-empty span, so a lenient caller can still read it.
+* ``STOP`` with no answer tag at all (``STOP`` alone, or ``STOP`` + free text) is the partial case: action
+  ``"STOP"``, answer ``None``, ``valid=False``, ``reason="no_answer_span"`` (format reward 0.5).
+* ``CONTINUE`` must stand alone; ``CONTINUE.`` or ``CONTINUE because ...`` is invalid with action ``"CONTINUE"``.
+* A keyword must be a whole word at the very start: ``STOPPED`` or ``I say STOP`` give action ``None``.
+
+Rewards follow TRL's reward contract ``f(completions, **dataset_columns) -> list[float | None]`` and accept
+plain-text completions (``["STOP <answer>4</answer>"]``) and conversational ones
+(``[[{"role": "assistant", "content": "CONTINUE"}]]``). ``None`` means "not applicable" (TRL ignores it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Action = Literal["STOP", "CONTINUE"]
+
+STOP = "STOP"
+CONTINUE = "CONTINUE"
+OPEN_TAG = "<answer>"
+CLOSE_TAG = "</answer>"
+
+_KEYWORD = re.compile(r"^(STOP|CONTINUE)(?![A-Za-z0-9_])")
+_SPAN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+#: reason codes carried by :class:`Decision` (``"ok"`` for a valid decision)
+REASONS = (
+    "ok",
+    "empty",
+    "unknown_action",
+    "continue_with_text",
+    "no_answer_span",
+    "empty_answer",
+    "unclosed_tag",
+    "multiple_answer_spans",
+    "text_before_answer",
+    "text_after_answer",
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A parsed moderator output.
+
+    Attributes:
+        action: ``"STOP"``, ``"CONTINUE"``, or ``None`` when no keyword opens the output.
+        answer: the stripped text of the first non-empty ``<answer>`` span after ``STOP`` (``None`` otherwise).
+        valid: ``True`` only for ``CONTINUE`` alone or ``STOP`` + exactly one non-empty span and nothing else.
+        reason: ``"ok"`` when valid, else one of :data:`REASONS` saying what was wrong.
+    """
+
+    action: Action | None
+    answer: str | None
+    valid: bool
+    reason: str = "ok"
+
+    @property
+    def partial(self) -> bool:
+        """``STOP`` without any answer span (the case the format reward gives partial credit)."""
+        return self.action == STOP and self.reason == "no_answer_span"
+
+
+def parse_decision(text: str | None) -> Decision:
+    """Parse one moderator output under the protocol described in this module's docstring.
+
+    Args:
+        text: the moderator's raw output (``None`` is treated as empty).
+
+    Returns:
+        The :class:`Decision`.
+
+    >>> parse_decision("  STOP <answer> 42 </answer>\\n")
+    Decision(action='STOP', answer='42', valid=True, reason='ok')
+    >>> parse_decision("CONTINUE")
+    Decision(action='CONTINUE', answer=None, valid=True, reason='ok')
+    >>> parse_decision("STOP")
+    Decision(action='STOP', answer=None, valid=False, reason='no_answer_span')
+    >>> parse_decision("STOP <answer>B</answer> because both agree").reason
+    'text_after_answer'
+    >>> parse_decision("continue").action is None
+    True
+    """
+    stripped = (text or "").strip()
+    if not stripped:
+        return Decision(None, None, False, "empty")
+    match = _KEYWORD.match(stripped)
+    if match is None:
+        return Decision(None, None, False, "unknown_action")
+    action = match.group(1)
+    rest = stripped[match.end() :]
+    if action == CONTINUE:
+        if rest.strip():
+            return Decision(CONTINUE, None, False, "continue_with_text")
+        return Decision(CONTINUE, None, True)
+    # STOP
+    if OPEN_TAG not in rest and CLOSE_TAG not in rest:
+        return Decision(STOP, None, False, "no_answer_span")
+    spans = list(_SPAN.finditer(rest))
+    first_answer = next((s.group(1).strip() for s in spans if s.group(1).strip()), None)
+    if not spans:
+        return Decision(STOP, None, False, "unclosed_tag")
+    if len(spans) > 1:
+        return Decision(STOP, first_answer, False, "multiple_answer_spans")
+    span = spans[0]
+    if OPEN_TAG in span.group(1):
+        return Decision(STOP, None, False, "unclosed_tag")
+    if rest[: span.start()].strip():
+        return Decision(STOP, first_answer, False, "text_before_answer")
+    if rest[span.end() :].strip():
+        return Decision(STOP, first_answer, False, "text_after_answer")
+    if first_answer is None:
+        return Decision(STOP, None, False, "empty_answer")
+    return Decision(STOP, first_answer, True)
+
+
+def completion_text(completion: Any) -> str:
+    """The text of one completion, plain (``str``) or conversational (a list of messages).
+
+    For a conversation the content of the last assistant message is used (content may be a string or a list of
+    ``{"type": "text", "text": ...}`` parts).
+
+    >>> completion_text("CONTINUE"), completion_text([{"role": "assistant", "content": "STOP"}])
+    ('CONTINUE', 'STOP')
+    """
+    if completion is None:
+        return ""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    messages = [m for m in completion if isinstance(m, dict)]
+    assistant = [m for m in messages if m.get("role", "assistant") == "assistant"] or messages
+    if not assistant:
+        return ""
+    content = assistant[-1].get("content", "")
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return str(content or "")
+
+
+def _flag(values: Sequence[Any] | None, index: int) -> bool:
+    return bool(values[index]) if values is not None and values[index] is not None else False
+
+
+class FormatReward:
+    """Callable behind :func:`format_reward` / :func:`get_format_reward` (picklable, stable ``__name__``)."""
+
+    __name__ = "format_reward"
+
+    def __init__(self, partial_credit: float = 0.5):
+        self.partial_credit = float(partial_credit)
+
+    def __call__(self, completions: Sequence[Any], is_final_round: Sequence[bool] | None = None, **kwargs: Any):
+        rewards: list[float | None] = []
+        for i, completion in enumerate(completions):
+            decision = parse_decision(completion_text(completion))
+            if decision.action == CONTINUE and _flag(is_final_round, i):
+                rewards.append(0.0)  # the forced-answer prompt only allows STOP + answer
+            elif decision.valid:
+                rewards.append(1.0)
+            elif decision.partial:
+                rewards.append(self.partial_credit)
+            else:
+                rewards.append(0.0)
+        return rewards
+
+    def __repr__(self) -> str:
+        return f"FormatReward(partial_credit={self.partial_credit})"
+
+
+def get_format_reward(partial_credit: float = 0.5) -> FormatReward:
+    """Build a format reward with a chosen credit for ``STOP`` without an answer span (the paper uses 0.5).
+
+    Args:
+        partial_credit: reward for the partial case, in ``[0, 1]``.
+
+    Returns:
+        A picklable reward callable named ``format_reward``.
+
+    >>> get_format_reward(0.25)(["STOP", "CONTINUE", "maybe"])
+    [0.25, 1.0, 0.0]
+    """
+    if not 0.0 <= partial_credit <= 1.0:
+        raise ValueError(f"partial_credit must be in [0, 1], got {partial_credit}; the paper uses 0.5")
+    return FormatReward(partial_credit)
+
+
+def format_reward(
+    completions: Sequence[Any], is_final_round: Sequence[bool] | None = None, **kwargs: Any
+) -> list[float | None]:
+    """R_fmt: 1 for ``CONTINUE`` alone or ``STOP`` + one answer span, 0.5 for ``STOP`` without a span, else 0.
+
+    On a forced-answer row (``is_final_round`` true) ``CONTINUE`` gets 0: that prompt asks for STOP + answer only.
+
+    Args:
+        completions: plain or conversational completions.
+        is_final_round: optional dataset column, one flag per completion.
+        **kwargs: other dataset columns and TRL extras (ignored).
+
+    Returns:
+        One float per completion.
+
+    >>> format_reward(["CONTINUE", "STOP <answer>7</answer>", "STOP", "STOP <answer>7</answer> ok", "yes"])
+    [1.0, 1.0, 0.5, 0.0, 0.0]
+    >>> format_reward([[{"role": "assistant", "content": "CONTINUE"}]], is_final_round=[True])
+    [0.0]
+    """
+    return _DEFAULT_FORMAT(completions, is_final_round=is_final_round)
+
+
+_DEFAULT_FORMAT = FormatReward(0.5)
+
+
+def control_reward(
+    completions: Sequence[Any],
+    eta: Sequence[int],
+    is_final_round: Sequence[bool] | None = None,
+    **kwargs: Any,
+) -> list[float | None]:
+    """R_ctrl: 1 for ``STOP`` when ``eta`` is 1, 1 for ``CONTINUE`` when ``eta`` is 0, else 0.
+
+    The action is read by :func:`parse_decision` whatever the format (``STOP`` alone still counts as stopping; the
+    format reward judges the format). An output with no recognisable action gets 0. On a forced-answer row
+    (``is_final_round`` true) the moderator has no real choice, so the reward is ``None`` and TRL ignores it.
+
+    Args:
+        completions: plain or conversational completions.
+        eta: dataset column, 1 when some debater's answer at this round matches gold.
+        is_final_round: optional dataset column, one flag per completion.
+        **kwargs: other dataset columns and TRL extras (ignored).
+
+    Returns:
+        One float (or ``None`` on final rounds) per completion.
+
+    >>> control_reward(["STOP <answer>1</answer>", "CONTINUE", "STOP", "CONTINUE", "hmm"], eta=[1, 0, 0, 1, 1])
+    [1.0, 1.0, 0.0, 0.0, 0.0]
+    >>> control_reward(["STOP <answer>1</answer>"], eta=[1], is_final_round=[True])
+    [None]
+    """
+    if len(eta) != len(completions):
+        raise ValueError(f"control_reward got {len(completions)} completions but {len(eta)} eta values")
+    rewards: list[float | None] = []
+    for i, completion in enumerate(completions):
+        if _flag(is_final_round, i):
+            rewards.append(None)
+            continue
+        action = parse_decision(completion_text(completion)).action
+        target = STOP if int(eta[i]) == 1 else CONTINUE
+        rewards.append(1.0 if action == target else 0.0)
+    return rewards
+
+
+def answer_reward(
+    completions: Sequence[Any],
+    gold: Sequence[str],
+    kind: Sequence[str],
+    is_final_round: Sequence[bool] | None = None,
+    choices: Sequence[Any] | None = None,
+    **kwargs: Any,
+) -> list[float | None]:
+    """Optional adjudication reward: 1 when STOP's answer matches gold under the shared grader, else 0.
+
+    Grading is :func:`metamod.tasks.grading.is_equivalent` (the same grader that computes ``eta`` and the
+    evaluation accuracy). ``CONTINUE`` on a non-final row gets ``None`` (no answer was given, nothing to grade);
+    ``CONTINUE`` on a forced-answer row, ``STOP`` without an answer and unparsable outputs get 0 (an unparsable
+    answer is never correct). An answer in an invalid format (e.g. text after ``</answer>``) is still graded:
+    the format reward penalises the format.
+
+    Args:
+        completions: plain or conversational completions.
+        gold: dataset column, the gold answer per row.
+        kind: dataset column, the answer kind per row (``"math"``, ``"mc"``, ``"yesno"``, ``"text"``).
+        is_final_round: optional dataset column, one flag per completion.
+        choices: optional dataset column with multiple-choice options per row.
+        **kwargs: other dataset columns and TRL extras (ignored).
+
+    Returns:
+        One float (or ``None``) per completion.
+    """
+    from metamod.tasks.grading import is_equivalent
+
+    rewards: list[float | None] = []
+    for i, completion in enumerate(completions):
+        decision = parse_decision(completion_text(completion))
+        if decision.action == CONTINUE and not _flag(is_final_round, i):
+            rewards.append(None)
+        elif decision.action == STOP and decision.answer is not None:
+            row_choices = choices[i] if choices is not None else None
+            rewards.append(1.0 if is_equivalent(decision.answer, str(gold[i]), str(kind[i]), row_choices) else 0.0)
+        else:
+            rewards.append(0.0)
+    return rewards
