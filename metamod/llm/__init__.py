@@ -1,1 +1,172 @@
-"""metamod.llm"""
+"""Generation backends behind one protocol (:class:`~metamod.llm.base.Generator`).
+
+``BACKENDS`` maps a backend name to the dotted path of its class, so importing this package does not import
+torch, transformers or vllm; :func:`build_generator` imports only the backend it builds.
+
+>>> sorted(BACKENDS)
+['hf', 'openai', 'vllm']
+>>> BackendConfig(backend="hf", model="runs/tiny").backend
+'hf'
+>>> try:
+...     build_generator(BackendConfig(backend="nope", model="x"))
+... except KeyError as err:
+...     print("Valid names: hf, openai, vllm" in str(err))
+True
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass, field
+
+from metamod.llm.base import Conversation, Generation, Generator, Message, SamplingConfig
+from metamod.registry import import_dotted, resolve
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BACKENDS",
+    "BackendConfig",
+    "Conversation",
+    "Generation",
+    "Generator",
+    "Message",
+    "SamplingConfig",
+    "build_generator",
+    "is_vllm_available",
+]
+
+# name -> "module:Class" (imported lazily by build_generator)
+BACKENDS: dict[str, str] = {
+    "hf": "metamod.llm.hf:HFGenerator",
+    "vllm": "metamod.llm.vllm_backend:VLLMGenerator",
+    "openai": "metamod.llm.openai_backend:OpenAIGenerator",
+}
+
+
+def is_vllm_available() -> bool:
+    """Whether the ``vllm`` package can be imported (without importing it).
+
+    >>> isinstance(is_vllm_available(), bool)
+    True
+    """
+    return importlib.util.find_spec("vllm") is not None
+
+
+@dataclass
+class BackendConfig:
+    """Which generation backend to build and its options (options of other backends are ignored)."""
+
+    backend: str = field(default="hf", metadata={"help": f"Generation backend: one of {', '.join(sorted(BACKENDS))}."})
+    model: str = field(
+        default="",
+        metadata={"help": "Model: local folder or Hub id (hf, vllm), or the served model name (openai)."},
+    )
+    adapter: str | None = field(
+        default=None,
+        metadata={"help": "Optional LoRA adapter folder (hf: PeftModel; vllm: LoRARequest, needs enable_lora)."},
+    )
+    # hf
+    device: str = field(default="auto", metadata={"help": "hf: device, auto|cpu|cuda (auto picks cuda if present)."})
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "hf/vllm: weights dtype, auto|bfloat16|float16|float32 (hf auto: bf16 on GPU, fp32 on CPU)."},
+    )
+    batch_size: int = field(default=8, metadata={"help": "hf: conversations per batched generate call."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "hf/vllm: allow model code from the Hub."})
+    # vllm
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: number of GPUs to shard the model over."})
+    gpu_memory_utilization: float = field(
+        default=0.9, metadata={"help": "vllm: fraction of GPU memory vLLM may use (0-1]."}
+    )
+    max_model_len: int | None = field(
+        default=None, metadata={"help": "vllm: maximum context length (None: the model's own)."}
+    )
+    enable_lora: bool = field(
+        default=False, metadata={"help": "vllm: enable LoRA adapters (set automatically with adapter)."}
+    )
+    max_lora_rank: int = field(default=16, metadata={"help": "vllm: largest LoRA rank to support."})
+    seed: int = field(default=0, metadata={"help": "vllm: engine seed."})
+    # openai
+    base_url: str = field(
+        default="http://localhost:8000/v1",
+        metadata={"help": "openai: server base URL up to /v1 (e.g. the address of `vllm serve`)."},
+    )
+    api_key_env: str = field(
+        default="OPENAI_API_KEY",
+        metadata={
+            "help": "openai: name of the environment variable holding the API key (may be unset for local servers)."
+        },
+    )
+    max_concurrency: int = field(default=16, metadata={"help": "openai: maximum requests in flight."})
+    max_retries: int = field(default=5, metadata={"help": "openai: retries on 429/5xx/timeouts/connection errors."})
+    timeout: float = field(default=120.0, metadata={"help": "openai: per-request timeout in seconds."})
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
+            raise ValueError(f"dtype must be one of auto, bfloat16, float16, float32; got {self.dtype!r}")
+
+
+def build_generator(config: BackendConfig) -> Generator:
+    """Build the backend named by ``config.backend`` with the options that backend uses.
+
+    Args:
+        config: the backend configuration.
+
+    Returns:
+        A :class:`~metamod.llm.base.Generator`.
+
+    Raises:
+        KeyError: unknown backend (the message lists the valid ones).
+        ValueError: no model given.
+    """
+    target = resolve(BACKENDS, config.backend, what="generation backend")
+    cls = import_dotted(target) if isinstance(target, str) else target
+    if not config.model:
+        raise ValueError(f"backend {config.backend!r} needs a model: set `model` to a folder, Hub id or served name")
+    if config.backend == "hf":
+        return cls(
+            config.model,
+            adapter=config.adapter,
+            device=config.device,
+            dtype=config.dtype,
+            batch_size=config.batch_size,
+            trust_remote_code=config.trust_remote_code,
+        )
+    if config.backend == "vllm":
+        return cls(
+            config.model,
+            adapter=config.adapter,
+            tensor_parallel_size=config.tensor_parallel_size,
+            dtype=config.dtype,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            max_model_len=config.max_model_len,
+            enable_lora=config.enable_lora or bool(config.adapter),
+            max_lora_rank=config.max_lora_rank,
+            seed=config.seed,
+            trust_remote_code=config.trust_remote_code,
+        )
+    if config.backend == "openai":
+        return cls(
+            config.model,
+            base_url=config.base_url,
+            api_key_env=config.api_key_env,
+            max_concurrency=config.max_concurrency,
+            max_retries=config.max_retries,
+            timeout=config.timeout,
+        )
+    # A dotted-path backend defined outside metamod receives the whole config.
+    return cls(config)

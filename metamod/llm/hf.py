@@ -1,0 +1,311 @@
+"""Generation with plain ``transformers``: left-padded batched ``generate`` in micro-batches.
+
+This backend runs anywhere torch runs (the CPU tier uses it with the tiny model). Conversations are sorted by
+prompt length before batching so that each micro-batch pads as little as possible; results come back in the
+caller's order, ``sampling.n`` per conversation (conversation-major).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from metamod.llm.base import Conversation, Generation, SamplingConfig
+
+logger = logging.getLogger(__name__)
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def looks_local(path: str) -> bool:
+    """Whether ``path`` is meant as a local folder rather than a Hub id like ``org/name``.
+
+    >>> looks_local("./ckpt"), looks_local("/abs/model"), looks_local("Qwen/Qwen3-0.6B"), looks_local("a/b/c")
+    (True, True, False, True)
+    """
+    return (
+        Path(path).exists()
+        or path.startswith((".", "/", "~"))
+        or path.count("/") > 1
+        or path.endswith("/")
+        or (os.sep != "/" and os.sep in path)
+    )
+
+
+def resolve_device(device: str) -> str:
+    """Map ``auto`` to ``cuda`` when available, else ``cpu``; reject unknown names.
+
+    >>> resolve_device("cpu")
+    'cpu'
+    """
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"device must be one of {list(DEVICES)} (or cuda:N), got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available here; use device=cpu or auto")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str):
+    """Map a dtype name to a torch dtype; ``auto`` is bfloat16 on a bf16-capable GPU, else float32.
+
+    >>> resolve_dtype("auto", "cpu")
+    torch.float32
+    """
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    if dtype == "auto":
+        if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return getattr(torch, dtype)
+
+
+def _check_adapter(adapter: str) -> None:
+    if looks_local(adapter):
+        folder = Path(adapter).expanduser()
+        if not folder.is_dir():
+            raise FileNotFoundError(f"adapter folder {adapter!r} does not exist")
+        if not (folder / "adapter_config.json").is_file():
+            raise FileNotFoundError(
+                f"adapter folder {adapter!r} has no adapter_config.json; pass the folder a PEFT adapter was saved "
+                "to (e.g. checkpoints/<run>/adapter or a checkpoint-N folder)"
+            )
+
+
+class HFGenerator:
+    """A :class:`~metamod.llm.base.Generator` over a ``transformers`` causal LM (optionally with a LoRA adapter).
+
+    Args:
+        model: local folder or Hub id of the base model.
+        adapter: optional PEFT adapter folder (or Hub id) loaded on top with ``PeftModel.from_pretrained``.
+        device: ``auto``, ``cpu`` or ``cuda`` (``cuda:N``).
+        dtype: ``auto``, ``bfloat16``, ``float16`` or ``float32``.
+        batch_size: conversations per ``generate`` call (each yields ``n`` sequences).
+        trust_remote_code: forwarded to ``from_pretrained``.
+        name: identifier used in traces (defaults to the model path, plus the adapter).
+
+    Attributes:
+        model: the loaded (possibly PEFT-wrapped) model, in eval mode.
+        tokenizer: its tokenizer (left padding).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        adapter: str | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        batch_size: int = 8,
+        trust_remote_code: bool = False,
+        name: str | None = None,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if looks_local(model) and not Path(model).expanduser().is_dir():
+            raise FileNotFoundError(
+                f"model folder {model!r} does not exist; pass an existing folder (the tiny model is built with "
+                "metamod.llm.tiny.ensure_tiny_model) or a Hub id like 'Qwen/Qwen2.5-7B-Instruct'"
+            )
+        if adapter:
+            _check_adapter(adapter)
+        device = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, device)
+        logger.info("Loading %s (%s, %s)%s", model, device, torch_dtype, f" + adapter {adapter}" if adapter else "")
+        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+        if adapter:
+            from peft import PeftModel
+
+            lm = PeftModel.from_pretrained(lm, adapter)
+        lm.to(device)
+        self._setup(lm, tokenizer, name=name or (f"{model}+{adapter}" if adapter else model), batch_size=batch_size)
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any, *, name: str = "in-memory", batch_size: int = 8) -> HFGenerator:
+        """Wrap an already-loaded model and tokenizer (e.g. a policy being trained) without reloading.
+
+        Args:
+            model: a causal LM (``PreTrainedModel`` or ``PeftModel``).
+            tokenizer: its tokenizer (must have a chat template).
+            name: identifier used in traces.
+            batch_size: conversations per ``generate`` call.
+
+        Returns:
+            The generator.
+        """
+        self = cls.__new__(cls)
+        self._setup(model, tokenizer, name=name, batch_size=batch_size)
+        return self
+
+    def _setup(self, model: Any, tokenizer: Any, *, name: str, batch_size: int) -> None:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(f"tokenizer of {name!r} has no chat template; use an instruction-tuned model")
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model.eval()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.batch_size = batch_size
+        config = getattr(model, "config", None)
+        self.context_length: int | None = getattr(config, "max_position_embeddings", None)
+        self.device = next(model.parameters()).device
+        self._stop_strings_ok = True
+
+    # ------------------------------------------------------------------ helpers
+
+    def _prompt_ids(self, conversation: Conversation) -> list[int]:
+        text = self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        # The template already writes any BOS text; do not let the tokenizer add special tokens twice.
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def count_tokens(self, conversation: Conversation) -> int:
+        """Prompt tokens of ``conversation`` after the chat template (with the assistant generation prompt)."""
+        return len(self._prompt_ids(conversation))
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.model, "generation_config", None), self.tokenizer):
+            eos = getattr(source, "eos_token_id", None)
+            if isinstance(eos, int):
+                ids.add(eos)
+            elif eos:
+                ids.update(int(e) for e in eos)
+        return ids
+
+    def _finish(self, token_ids: list[int], stop: list[str] | None, eos_ids: set[int]) -> tuple[str, int, str]:
+        """Cut one generated sequence at eos / the first stop string; return (text, completion tokens, reason)."""
+        pad = self.tokenizer.pad_token_id
+        reason = "length"
+        for i, t in enumerate(token_ids):
+            if t in eos_ids:
+                token_ids, reason = token_ids[: i + 1], "stop"
+                break
+        else:
+            while token_ids and token_ids[-1] == pad:  # right padding after a stop-string stop
+                token_ids = token_ids[:-1]
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        if stop:
+            hits = [text.find(s) for s in stop if s and s in text]
+            if hits:
+                cut = min(hits)
+                text, reason = text[:cut], "stop"
+                token_ids = token_ids[: self._tokens_through_stop(token_ids, stop)]
+        return text, len(token_ids), reason
+
+    def _tokens_through_stop(self, token_ids: list[int], stop: list[str]) -> int:
+        """Smallest prefix length whose decoded text contains a stop string (binary search; decode is monotone)."""
+        lo, hi = 1, len(token_ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            text = self.tokenizer.decode(token_ids[:mid], skip_special_tokens=True)
+            if any(s and s in text for s in stop):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _generation_kwargs(self, sampling: SamplingConfig, max_new_tokens: int) -> dict[str, Any]:
+        import copy
+
+        config = copy.deepcopy(self.model.generation_config)
+        config.max_new_tokens = max_new_tokens
+        config.max_length = None
+        config.num_return_sequences = sampling.n
+        config.pad_token_id = self.tokenizer.pad_token_id
+        if sampling.temperature == 0:
+            config.do_sample = False
+            config.temperature, config.top_p, config.top_k = None, None, None
+            if sampling.n > 1:
+                logger.warning("temperature=0 with n=%d: the %d samples are identical", sampling.n, sampling.n)
+        else:
+            config.do_sample = True
+            config.temperature = sampling.temperature
+            config.top_p = sampling.top_p
+        kwargs: dict[str, Any] = {"generation_config": config}
+        if sampling.stop and self._stop_strings_ok:
+            config.stop_strings = list(sampling.stop)
+            kwargs["tokenizer"] = self.tokenizer
+        return kwargs
+
+    # ------------------------------------------------------------------ generation
+
+    def chat(self, conversations: list[Conversation], sampling: SamplingConfig) -> list[Generation]:
+        """Generate ``sampling.n`` completions per conversation (conversation-major), in micro-batches.
+
+        Args:
+            conversations: chat message lists.
+            sampling: decoding settings (``temperature=0`` is greedy; ``seed`` makes sampling repeatable).
+
+        Returns:
+            ``len(conversations) * sampling.n`` generations with prompt/completion token counts.
+        """
+        import torch
+
+        if not conversations:
+            return []
+        prompts = [self._prompt_ids(c) for c in conversations]
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[list[Generation] | None] = [None] * len(prompts)
+        eos_ids = self._eos_ids()
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, enabled=sampling.seed is not None):
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start : start + self.batch_size]
+                for idx, gens in zip(
+                    chunk, self._generate_batch([prompts[i] for i in chunk], sampling, eos_ids), strict=True
+                ):
+                    results[idx] = gens
+        return [g for gens in results for g in gens]  # type: ignore[union-attr]
+
+    def _generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: set[int]
+    ) -> list[list[Generation]]:
+        import torch
+
+        longest = max(len(p) for p in prompts)
+        max_new = sampling.max_tokens
+        if self.context_length and longest + max_new > self.context_length:
+            max_new = max(1, self.context_length - longest)
+            logger.warning(
+                "prompt of %d tokens + max_tokens=%d exceeds the context (%d); generating at most %d tokens",
+                longest, sampling.max_tokens, self.context_length, max_new,
+            )  # fmt: skip
+        batch = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        kwargs = self._generation_kwargs(sampling, max_new)
+        with torch.inference_mode():
+            try:
+                out = self.model.generate(**batch, **kwargs)
+            except (ValueError, TypeError, AttributeError) as err:
+                if "tokenizer" not in kwargs:
+                    raise
+                # Some tokenizers cannot build the stop-string tables; stop strings are then applied after decoding.
+                logger.warning("generate(stop_strings=...) failed (%s); truncating stop strings after decoding", err)
+                self._stop_strings_ok = False
+                kwargs = self._generation_kwargs(sampling, max_new)
+                out = self.model.generate(**batch, **kwargs)
+        new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()
+        grouped: list[list[Generation]] = []
+        for i, prompt in enumerate(prompts):
+            gens = []
+            for j in range(sampling.n):
+                text, n_tokens, reason = self._finish(new_tokens[i * sampling.n + j], sampling.stop, eos_ids)
+                gens.append(Generation(text, len(prompt), n_tokens, reason))
+            grouped.append(gens)
+        return grouped

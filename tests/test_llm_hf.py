@@ -1,0 +1,109 @@
+"""HFGenerator on the tiny model: batching, left padding, n samples, stop strings, token counts, adapters."""
+
+import re
+
+import pytest
+
+from metamod.llm import BackendConfig, SamplingConfig, build_generator
+from metamod.llm.hf import HFGenerator
+from metamod.llm.tiny import build_tiny_model
+
+CONVS = [
+    [{"role": "user", "content": "What is 2 + 3?"}],
+    [
+        {"role": "system", "content": "You are careful."},
+        {
+            "role": "user",
+            "content": "Ava has 12 apples and gets 7 more. How many apples does Ava have now? Reason step by step.",
+        },
+    ],
+    [{"role": "user", "content": "Agent 1: 5"}],
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_dir):
+    return HFGenerator(str(tiny_dir), device="cpu", batch_size=2)
+
+
+def test_batched_greedy_matches_one_at_a_time(gen):
+    greedy = SamplingConfig(temperature=0, max_tokens=12)
+    batched = gen.chat(CONVS, greedy)
+    single = [gen.chat([c], greedy)[0] for c in CONVS]
+    assert [g.text for g in batched] == [g.text for g in single]
+    for g, conv in zip(batched, CONVS, strict=True):
+        assert g.prompt_tokens == gen.count_tokens(conv) > 0
+        assert 1 <= g.completion_tokens <= 12
+        assert g.finish_reason in ("stop", "length")
+    assert gen.context_length == 2048
+    assert gen.chat([], greedy) == []
+
+
+def test_n_samples_conversation_major_and_seeded(gen):
+    sampling = SamplingConfig(temperature=1.0, max_tokens=8, n=3, seed=123)
+    out = gen.chat(CONVS[:2], sampling)
+    assert len(out) == 6
+    assert [g.prompt_tokens for g in out] == [gen.count_tokens(CONVS[0])] * 3 + [gen.count_tokens(CONVS[1])] * 3
+    again = gen.chat(CONVS[:2], sampling)
+    assert [g.text for g in out] == [g.text for g in again]
+    assert len({g.text for g in out}) > 1  # a random model at temperature 1 does not repeat itself
+
+
+def test_stop_strings_cut_text(gen):
+    base = gen.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=20))[0]
+    words = re.findall(r"[A-Za-z]{2,}", base.text)
+    assert words, base.text
+    stop = words[-1]
+    cut = gen.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=20, stop=[stop]))[0]
+    assert cut.text == base.text[: base.text.find(stop)]
+    assert cut.finish_reason == "stop"
+    assert 1 <= cut.completion_tokens <= base.completion_tokens
+
+
+def test_errors_are_clear(tmp_path, tiny_dir):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        HFGenerator(str(tmp_path / "missing"), device="cpu")
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        HFGenerator(str(tiny_dir), adapter=str(tmp_path), device="cpu")
+    with pytest.raises(ValueError, match="dtype"):
+        HFGenerator(str(tiny_dir), dtype="int3", device="cpu")
+
+
+def test_lora_adapter_loads_and_changes_outputs(tmp_path, tiny_dir, gen):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    lora = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_" in name:
+                p.normal_(0, 1.0)
+    lora.save_pretrained(tmp_path / "adapter")
+
+    cfg = BackendConfig(backend="hf", model=str(tiny_dir), adapter=str(tmp_path / "adapter"), device="cpu")
+    adapted = build_generator(cfg)
+    assert type(adapted.model).__name__.startswith("Peft")
+    assert "adapter" in adapted.name
+    greedy = SamplingConfig(temperature=0, max_tokens=10)
+    out = adapted.chat(CONVS, greedy)
+    assert len(out) == 3
+    assert [g.text for g in out] != [g.text for g in gen.chat(CONVS, greedy)]
+
+
+def test_from_model_reuses_loaded_objects(gen):
+    again = HFGenerator.from_model(gen.model, gen.tokenizer, name="policy")
+    assert again.model is gen.model and again.name == "policy"
+    assert (
+        again.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=4))[0].text
+        == gen.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=4))[0].text
+    )
