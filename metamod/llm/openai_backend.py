@@ -1,0 +1,276 @@
+"""Generation through any OpenAI-compatible chat server (``vllm serve``, hosted APIs), with plain ``httpx``.
+
+Each conversation is one ``POST {base_url}/chat/completions`` request (``n`` samples per request); at most
+``max_concurrency`` requests are in flight. Rate limits (429), server errors (5xx), timeouts and connection errors
+are retried with exponential backoff and jitter (honouring ``Retry-After``); other 4xx errors fail at once with
+the server's message.
+
+Token counts come from the response's ``usage``. With ``n > 1`` the server reports one completion total for all
+choices, so it is split across the choices in proportion to their text length (the sum stays exact).
+``count_tokens`` asks the server's ``/tokenize`` endpoint (vLLM has one) and otherwise approximates with
+~4 characters per token plus a few tokens per message.
+
+>>> approx_tokens([{"role": "user", "content": "x" * 40}])
+16
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import math
+import os
+import random
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import httpx
+
+from metamod.llm.base import Conversation, Generation, SamplingConfig
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+RETRYABLE_STATUS = frozenset({408, 409, 429})  # plus every 5xx
+
+
+class BackendError(RuntimeError):
+    """A request to a generation server failed (after retries, or with a non-retryable error)."""
+
+
+def approx_tokens(conversation: Conversation) -> int:
+    """Rough prompt size: ~4 characters per token plus 4 tokens of chat formatting per message, plus 2.
+
+    Args:
+        conversation: chat messages.
+
+    Returns:
+        The estimated number of prompt tokens.
+    """
+    return sum(math.ceil(len(m.get("content") or "") / 4) + 4 for m in conversation) + 2
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, even inside a running event loop (then in a worker thread).
+
+    >>> async def two():
+    ...     return 2
+    >>> run_sync(two())
+    2
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _server_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            return str(err.get("message") or err)[:500]
+        return str(err)[:500]
+    return str(body)[:500]
+
+
+def _split_tokens(total: int, texts: list[str]) -> list[int]:
+    """Split ``total`` completion tokens over choices in proportion to text length (sum preserved)."""
+    if len(texts) == 1:
+        return [total]
+    weights = [max(len(t), 1) for t in texts]
+    shares = [total * w // sum(weights) for w in weights]
+    for i in range(total - sum(shares)):
+        shares[i % len(shares)] += 1
+    return shares
+
+
+class OpenAIGenerator:
+    """A :class:`~metamod.llm.base.Generator` over an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Args:
+        model: the served model name (``model`` field of the request).
+        base_url: server URL up to ``/v1``.
+        api_key_env: environment variable with the API key; unset or empty sends no Authorization header.
+        max_concurrency: requests in flight at most.
+        max_retries: retries per request on 429/5xx/timeouts/connection errors.
+        timeout: per-request timeout in seconds.
+        backoff_base: first retry delay in seconds (doubles each retry, with jitter).
+        backoff_max: cap on one retry delay in seconds.
+        context_length: the model's context, if known (servers do not report it in chat responses).
+        name: identifier used in traces (defaults to ``model``).
+        transport: an ``httpx`` transport to use instead of the network (tests pass ``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = "http://localhost:8000/v1",
+        api_key_env: str = "OPENAI_API_KEY",
+        max_concurrency: int = 16,
+        max_retries: int = 5,
+        timeout: float = 120.0,
+        backoff_base: float = 1.0,
+        backoff_max: float = 30.0,
+        context_length: int | None = None,
+        name: str | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("model must name the served model (the `model` field of chat requests)")
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self.model = model
+        self.name = name or model
+        self.base_url = base_url.rstrip("/")
+        self.api_key_env = api_key_env
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.context_length = context_length
+        self.transport = transport
+        self._tokenize_ok: bool | None = None  # None: not tried yet
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _payload(self, conversation: Conversation, sampling: SamplingConfig) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(conversation),
+            "n": sampling.n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+        }
+        if sampling.seed is not None:
+            payload["seed"] = sampling.seed
+        if sampling.stop:
+            payload["stop"] = list(sampling.stop)
+        return payload
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        if response is not None and "retry-after" in response.headers:
+            try:
+                return min(float(response.headers["retry-after"]), self.backoff_max)
+            except ValueError:
+                pass
+        return min(self.backoff_max, self.backoff_base * 2**attempt) * random.uniform(0.5, 1.0)
+
+    # ------------------------------------------------------------------ chat
+
+    def chat(self, conversations: list[Conversation], sampling: SamplingConfig) -> list[Generation]:
+        """Generate ``sampling.n`` completions per conversation with bounded concurrent requests.
+
+        Args:
+            conversations: chat message lists.
+            sampling: decoding settings.
+
+        Returns:
+            ``len(conversations) * sampling.n`` generations (conversation-major).
+
+        Raises:
+            BackendError: a request failed with a non-retryable error, or still failed after ``max_retries``.
+        """
+        if not conversations:
+            return []
+        return run_sync(self.achat(conversations, sampling))
+
+    async def achat(self, conversations: list[Conversation], sampling: SamplingConfig) -> list[Generation]:
+        """Async version of :meth:`chat` (for callers already inside an event loop)."""
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+        limits = httpx.Limits(max_connections=self.max_concurrency)
+        async with httpx.AsyncClient(
+            headers=self._headers(), timeout=self.timeout, transport=self.transport, limits=limits
+        ) as client:
+
+            async def one(conversation: Conversation) -> list[Generation]:
+                async with semaphore:
+                    body = await self._post(client, self._payload(conversation, sampling))
+                return self._parse(body, sampling.n)
+
+            results = await asyncio.gather(*(one(c) for c in conversations))
+        return [g for gens in results for g in gens]
+
+    async def _post(self, client: httpx.AsyncClient, payload: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.base_url}/chat/completions"
+        last_error = ""
+        for attempt in range(self.max_retries + 1):
+            response: httpx.Response | None = None
+            try:
+                response = await client.post(url, json=payload)
+            except httpx.TimeoutException as err:
+                last_error = f"timed out after {self.timeout}s ({type(err).__name__})"
+            except httpx.TransportError as err:
+                last_error = f"connection error ({type(err).__name__}: {err})"
+            else:
+                if response.status_code == 200:
+                    try:
+                        return response.json()
+                    except ValueError as err:
+                        raise BackendError(f"{url} returned invalid JSON: {response.text[:300]!r}") from err
+                message = _server_message(response)
+                if response.status_code not in RETRYABLE_STATUS and response.status_code < 500:
+                    raise BackendError(f"{url} rejected the request: HTTP {response.status_code}: {message}")
+                last_error = f"HTTP {response.status_code}: {message}"
+            if attempt < self.max_retries:
+                delay = self._delay(attempt, response)
+                logger.warning("%s: %s; retry %d/%d in %.1fs", url, last_error, attempt + 1, self.max_retries, delay)
+                await asyncio.sleep(delay)
+        raise BackendError(f"{url} failed after {self.max_retries + 1} attempts; last error: {last_error}")
+
+    def _parse(self, body: dict[str, Any], n: int) -> list[Generation]:
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if not isinstance(choices, list) or len(choices) != n:
+            got = len(choices) if isinstance(choices, list) else "no"
+            raise BackendError(f"server returned {got} choices, expected n={n}: {str(body)[:300]}")
+        choices = sorted(choices, key=lambda c: c.get("index", 0))
+        texts = [(c.get("message") or {}).get("content") or "" for c in choices]
+        usage = body.get("usage") or {}
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        completion = _split_tokens(int(usage.get("completion_tokens") or 0), texts)
+        return [
+            Generation(text, prompt_tokens, tokens, choice.get("finish_reason"))
+            for text, tokens, choice in zip(texts, completion, choices, strict=True)
+        ]
+
+    # ------------------------------------------------------------------ tokens
+
+    def count_tokens(self, conversation: Conversation) -> int:
+        """Prompt tokens from the server's ``/tokenize`` (vLLM), else :func:`approx_tokens`.
+
+        The first failure of ``/tokenize`` is remembered, so servers without it are asked only once.
+        """
+        if self._tokenize_ok is not False:
+            root = self.base_url.removesuffix("/v1")
+            payload = {"model": self.model, "messages": list(conversation), "add_generation_prompt": True}
+            try:
+                with httpx.Client(headers=self._headers(), timeout=self.timeout, transport=self.transport) as client:
+                    response = client.post(f"{root}/tokenize", json=payload)
+                if response.status_code == 200 and isinstance(response.json().get("count"), int):
+                    self._tokenize_ok = True
+                    body = response.json()
+                    if self.context_length is None and isinstance(body.get("max_model_len"), int):
+                        self.context_length = body["max_model_len"]
+                    return body["count"]
+                logger.info("%s/tokenize unavailable (HTTP %d); approximating token counts", root, response.status_code)
+            except (httpx.HTTPError, ValueError) as err:
+                logger.info("%s/tokenize unavailable (%s); approximating token counts", root, err)
+            self._tokenize_ok = False
+        return approx_tokens(conversation)

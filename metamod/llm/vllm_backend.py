@@ -1,0 +1,185 @@
+"""Generation with vLLM's offline engine (``vllm.LLM``): one ``LLM.chat`` call per batch.
+
+Written against vllm==0.31.0 (``LLM.__init__`` forwards engine options such as ``max_model_len``,
+``enable_lora`` and ``max_lora_rank`` through ``**kwargs`` to ``EngineArgs``; ``LLM.chat`` takes a list of
+conversations, one ``SamplingParams`` for all, and an optional ``LoRARequest``). vLLM schedules the whole batch
+itself (continuous batching), so no micro-batching happens here.
+
+This module imports without vllm; constructing :class:`VLLMGenerator` without it raises ``ImportError`` with the
+install command.
+
+>>> from metamod.llm.base import SamplingConfig
+>>> sampling_kwargs(SamplingConfig(temperature=0, max_tokens=8, stop=["</answer>"]))["stop"]
+['</answer>']
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from metamod.llm.base import Conversation, Generation, SamplingConfig
+from metamod.llm.hf import _check_adapter, looks_local
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = "vLLM is not installed: `pip install 'meta-moderator[vllm]'` (vllm==0.31.0, needs a CUDA GPU)"
+
+# Settings SamplingConfig does not control; taken from the model's generation_config (as the hf backend does).
+_MODEL_DEFAULT_KEYS = ("top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
+
+
+def require_vllm() -> None:
+    """Raise ``ImportError`` with the install command when vllm is missing."""
+    from metamod.llm import is_vllm_available
+
+    if not is_vllm_available():
+        raise ImportError(INSTALL_HINT)
+
+
+def sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
+    """``SamplingParams`` keyword arguments for a :class:`SamplingConfig` (temperature 0 is greedy in vLLM).
+
+    Args:
+        sampling: the decoding settings.
+
+    Returns:
+        A dict of ``n``, ``temperature``, ``top_p``, ``max_tokens``, ``seed`` and ``stop``.
+    """
+    return {
+        "n": sampling.n,
+        "temperature": sampling.temperature,
+        "top_p": 1.0 if sampling.temperature == 0 else sampling.top_p,
+        "max_tokens": sampling.max_tokens,
+        "seed": sampling.seed,
+        "stop": list(sampling.stop) if sampling.stop else None,
+    }
+
+
+def _adapter_rank(adapter: str) -> int | None:
+    config = Path(adapter).expanduser() / "adapter_config.json"
+    if not config.is_file():
+        return None
+    return json.loads(config.read_text()).get("r")
+
+
+class VLLMGenerator:
+    """A :class:`~metamod.llm.base.Generator` over ``vllm.LLM`` (optionally serving one LoRA adapter).
+
+    Args:
+        model: local folder or Hub id.
+        adapter: optional PEFT LoRA adapter folder, sent with every request as a ``LoRARequest``.
+        tensor_parallel_size: GPUs to shard over.
+        dtype: ``auto``, ``bfloat16``, ``float16`` or ``float32``.
+        gpu_memory_utilization: fraction of GPU memory for weights + KV cache.
+        max_model_len: context length cap (``None``: the model's).
+        enable_lora: enable LoRA support (forced on when ``adapter`` is set).
+        max_lora_rank: largest LoRA rank the engine reserves room for.
+        seed: engine seed.
+        trust_remote_code: allow model code from the Hub.
+        name: identifier used in traces.
+        **engine_kwargs: any other ``vllm.LLM`` / ``EngineArgs`` option (e.g. ``enforce_eager=True``).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        adapter: str | None = None,
+        tensor_parallel_size: int = 1,
+        dtype: str = "auto",
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        enable_lora: bool = False,
+        max_lora_rank: int = 16,
+        seed: int = 0,
+        trust_remote_code: bool = False,
+        name: str | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        require_vllm()
+        if looks_local(model) and not Path(model).expanduser().is_dir():
+            raise FileNotFoundError(f"model folder {model!r} does not exist; pass an existing folder or a Hub id")
+        if adapter:
+            _check_adapter(adapter)
+            enable_lora = True
+            rank = _adapter_rank(adapter)
+            if rank is not None and rank > max_lora_rank:
+                raise ValueError(
+                    f"adapter {adapter!r} has LoRA rank {rank} > max_lora_rank={max_lora_rank}; "
+                    f"set max_lora_rank >= {rank}"
+                )
+        from vllm import LLM
+
+        kwargs: dict[str, Any] = dict(engine_kwargs)
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        if enable_lora:
+            kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
+        logger.info("Starting vLLM engine for %s (tp=%d, dtype=%s)", model, tensor_parallel_size, dtype)
+        self.llm = LLM(
+            model=model,
+            tensor_parallel_size=tensor_parallel_size,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+            trust_remote_code=trust_remote_code,
+            **kwargs,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+        self.name = name or (f"{model}+{adapter}" if adapter else model)
+        self.context_length: int | None = self.llm.model_config.max_model_len
+        self._lora_request = None
+        if adapter:
+            from vllm.lora.request import LoRARequest
+
+            self._lora_request = LoRARequest(
+                lora_name=Path(adapter).name or "adapter", lora_int_id=1, lora_path=adapter
+            )
+        defaults = self.llm.get_default_sampling_params()
+        self._model_defaults = {k: getattr(defaults, k) for k in _MODEL_DEFAULT_KEYS if hasattr(defaults, k)}
+
+    def count_tokens(self, conversation: Conversation) -> int:
+        """Prompt tokens of ``conversation`` after the chat template (with the assistant generation prompt)."""
+        text = self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def chat(self, conversations: list[Conversation], sampling: SamplingConfig) -> list[Generation]:
+        """Generate ``sampling.n`` completions per conversation with ONE ``LLM.chat`` call (conversation-major).
+
+        Args:
+            conversations: chat message lists.
+            sampling: decoding settings.
+
+        Returns:
+            ``len(conversations) * sampling.n`` generations with token counts from vLLM's outputs.
+        """
+        if not conversations:
+            return []
+        from vllm import SamplingParams
+
+        params = SamplingParams(**{**self._model_defaults, **sampling_kwargs(sampling)})
+        outputs = self.llm.chat(
+            [list(c) for c in conversations],
+            sampling_params=params,
+            use_tqdm=False,
+            lora_request=self._lora_request,
+            add_generation_prompt=True,
+        )
+        if len(outputs) != len(conversations):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(conversations)} conversations")
+        generations: list[Generation] = []
+        for request in outputs:
+            prompt_tokens = len(request.prompt_token_ids or [])
+            for completion in sorted(request.outputs, key=lambda o: o.index):
+                generations.append(
+                    Generation(
+                        text=completion.text,
+                        prompt_tokens=prompt_tokens,
+                        completion_tokens=len(completion.token_ids),
+                        finish_reason=completion.finish_reason,
+                    )
+                )
+        return generations

@@ -1,0 +1,188 @@
+"""OpenAIGenerator over httpx.MockTransport: parsing, usage, retries, fail-fast 4xx, concurrency bound, timeouts."""
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from metamod.llm import BackendConfig, SamplingConfig, build_generator
+from metamod.llm.openai_backend import BackendError, OpenAIGenerator, approx_tokens
+
+CONV = [{"role": "user", "content": "What is 2 + 3?"}]
+
+
+def completion(request: httpx.Request, texts=None) -> httpx.Response:
+    body = json.loads(request.content)
+    n = body.get("n", 1)
+    texts = texts or [f"{body['messages'][-1]['content']} -> answer {i}" for i in range(n)]
+    return httpx.Response(
+        200,
+        json={
+            "choices": [
+                {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+                for i, t in reversed(list(enumerate(texts)))  # out of order on purpose
+            ],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7 * n, "total_tokens": 11 + 7 * n},
+        },
+    )
+
+
+def make(handler, **kwargs) -> OpenAIGenerator:
+    kwargs.setdefault("backoff_base", 0.001)
+    return OpenAIGenerator("served-model", base_url="http://test/v1", transport=httpx.MockTransport(handler), **kwargs)
+
+
+def test_success_payload_and_usage(monkeypatch):
+    monkeypatch.setenv("MY_KEY", "sekret")
+    seen = []
+
+    def handler(request):
+        seen.append(request)
+        return completion(request)
+
+    gen = make(handler, api_key_env="MY_KEY")
+    convs = [CONV, [{"role": "user", "content": "second"}]]
+    out = gen.chat(convs, SamplingConfig(temperature=0.5, top_p=0.9, max_tokens=33, n=2, seed=4, stop=["</answer>"]))
+    assert [g.text for g in out] == [
+        "What is 2 + 3? -> answer 0",
+        "What is 2 + 3? -> answer 1",
+        "second -> answer 0",
+        "second -> answer 1",
+    ]
+    assert all(g.prompt_tokens == 11 for g in out)
+    assert out[0].completion_tokens + out[1].completion_tokens == 14
+    assert out[0].finish_reason == "stop"
+    body = json.loads(seen[0].content)
+    assert seen[0].url == "http://test/v1/chat/completions"
+    assert seen[0].headers["authorization"] == "Bearer sekret"
+    assert {k: body[k] for k in ("model", "n", "temperature", "top_p", "max_tokens", "seed", "stop")} == {
+        "model": "served-model",
+        "n": 2,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "max_tokens": 33,
+        "seed": 4,
+        "stop": ["</answer>"],
+    }
+
+
+def test_no_key_sends_no_auth_header(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    seen = []
+    gen = make(lambda r: seen.append(r) or completion(r))
+    assert gen.chat([CONV], SamplingConfig(n=1))[0].completion_tokens == 7
+    assert "authorization" not in seen[0].headers
+
+
+@pytest.mark.parametrize("status", [500, 429, 503])
+def test_retries_then_succeeds(status):
+    calls = []
+
+    def handler(request):
+        calls.append(1)
+        if len(calls) < 3:
+            return httpx.Response(status, json={"error": {"message": "busy"}})
+        return completion(request)
+
+    out = make(handler, max_retries=3).chat([CONV], SamplingConfig())
+    assert len(calls) == 3 and out[0].text.endswith("answer 0")
+
+
+def test_retries_exhausted_is_clear():
+    calls = []
+
+    def handler(request):
+        calls.append(1)
+        return httpx.Response(502, text="bad gateway")
+
+    with pytest.raises(BackendError, match=r"failed after 3 attempts; last error: HTTP 502: bad gateway"):
+        make(handler, max_retries=2).chat([CONV], SamplingConfig())
+    assert len(calls) == 3
+
+
+def test_client_error_fails_fast_with_server_message():
+    calls = []
+
+    def handler(request):
+        calls.append(1)
+        return httpx.Response(400, json={"error": {"message": "max_tokens is too large"}})
+
+    with pytest.raises(BackendError, match="HTTP 400: max_tokens is too large"):
+        make(handler, max_retries=5).chat([CONV], SamplingConfig())
+    assert len(calls) == 1
+
+
+def test_timeouts_are_retried_and_reported():
+    calls = []
+
+    def flaky(request):
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.ReadTimeout("slow", request=request)
+        if len(calls) == 2:
+            raise httpx.ConnectError("refused", request=request)
+        return completion(request)
+
+    assert make(flaky, max_retries=2).chat([CONV], SamplingConfig())[0].text
+
+    def always_slow(request):
+        raise httpx.ReadTimeout("slow", request=request)
+
+    with pytest.raises(BackendError, match="timed out after 0.5s"):
+        make(always_slow, max_retries=1, timeout=0.5).chat([CONV], SamplingConfig())
+
+
+def test_concurrency_never_exceeds_bound():
+    state = {"now": 0, "peak": 0, "calls": 0}
+
+    async def handler(request):
+        state["now"] += 1
+        state["calls"] += 1
+        state["peak"] = max(state["peak"], state["now"])
+        await asyncio.sleep(0.01)
+        state["now"] -= 1
+        return completion(request)
+
+    convs = [[{"role": "user", "content": f"q{i}"}] for i in range(12)]
+    out = make(handler, max_concurrency=3).chat(convs, SamplingConfig())
+    assert [g.text for g in out] == [f"q{i} -> answer 0" for i in range(12)]
+    assert state["calls"] == 12 and state["peak"] == 3
+
+
+def test_chat_works_inside_running_loop():
+    gen = make(completion)
+
+    async def caller():
+        return gen.chat([CONV], SamplingConfig())
+
+    assert asyncio.run(caller())[0].text.endswith("answer 0")
+
+
+def test_count_tokens_tokenize_then_fallback():
+    def with_tokenize(request):
+        assert request.url.path == "/tokenize"
+        return httpx.Response(200, json={"count": 17, "max_model_len": 4096, "tokens": list(range(17))})
+
+    gen = make(with_tokenize)
+    assert gen.count_tokens(CONV) == 17 and gen.context_length == 4096
+
+    calls = []
+
+    def without(request):
+        calls.append(1)
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    gen = make(without)
+    assert gen.count_tokens(CONV) == approx_tokens(CONV) == gen.count_tokens(CONV)
+    assert len(calls) == 1  # the missing endpoint is not asked again
+
+
+def test_wrong_choice_count_and_config_checks():
+    gen = make(lambda r: completion(r, texts=["only one"]))
+    with pytest.raises(BackendError, match="expected n=2"):
+        gen.chat([CONV], SamplingConfig(n=2))
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAIGenerator("m", base_url="localhost:8000")
+    built = build_generator(BackendConfig(backend="openai", model="m", max_concurrency=2))
+    assert isinstance(built, OpenAIGenerator) and built.max_concurrency == 2
