@@ -97,8 +97,25 @@ CHOICES = ["a cat", "the dog", "a bird", "fish"]
 
 
 @pytest.mark.parametrize(
-    "prediction", ["B", "(B)", "B.", "B)", "B) the dog", "(b)", "b", "option B", "Option B", "Answer: B",
-                   "The answer is B", "<answer>(B)</answer>", "the dog", "Dog", "DOG.", "**B**"]
+    "prediction",
+    [
+        "B",
+        "(B)",
+        "B.",
+        "B)",
+        "B) the dog",
+        "(b)",
+        "b",
+        "option B",
+        "Option B",
+        "Answer: B",
+        "The answer is B",
+        "<answer>(B)</answer>",
+        "the dog",
+        "Dog",
+        "DOG.",
+        "**B**",
+    ],
 )
 def test_mc_correct_forms(prediction):
     assert is_equivalent(prediction, "B", "mc", CHOICES)
@@ -169,7 +186,11 @@ def test_empty_gold_is_never_matched():
 @pytest.mark.parametrize(
     ("answers", "kind", "expected"),
     [
-        (["1,000", "1000", "$1000", "1000.0", "1000 dollars", "\\boxed{1000}", "<answer>1,000</answer>"], "math", "1000"),
+        (
+            ["1,000", "1000", "$1000", "1000.0", "1000 dollars", "\\boxed{1000}", "<answer>1,000</answer>"],
+            "math",
+            "1000",
+        ),
         (["0.5", "1/2", "\\frac{1}{2}", "$\\frac{1}{2}$"], "math", "1/2"),
         (["(B)", "B", "B.", "b", "option B", "B) the dog", "the dog"], "mc", "B"),
         (["yes", "Yes.", "true", "TRUE"], "yesno", "yes"),

@@ -1,0 +1,109 @@
+"""``TaskConfig``: the task-selection block that rollout, dataset and evaluation configs embed.
+
+Every field except ``task`` carries a ``task_`` prefix so that it never collides with another config's ``seed``,
+``split`` or ``limit`` when several dataclasses are parsed together by :func:`metamod.config.parse_config`.
+
+>>> cfg = TaskConfig(task="arith", task_limit=2, task_seed=5, task_levels=[1, 2])
+>>> cfg.options()
+{'limit': 2, 'seed': 5, 'levels': [1, 2]}
+>>> [ex.id for ex in cfg.load().examples()]
+['arith-5-0', 'arith-5-1']
+>>> TaskConfig(task="gsm8k", task_levels=[1])
+Traceback (most recent call last):
+...
+ValueError: task_levels is not an option of task 'gsm8k'; its options are: answer_column, choices_column, data_files, id_column, limit, question_column, seed, split, subset
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+_PREFIX = "task_"
+
+
+@dataclass
+class TaskConfig:
+    """Which benchmark to use and how to read it (see docs/tasks.md)."""
+
+    task: str = field(
+        default="arith",
+        metadata={"help": "Task name: arith, gsm8k, math500, amc, strategyqa, mmlu or local (see docs/tasks.md)."},
+    )
+    task_split: str | None = field(
+        default=None,
+        metadata={
+            "help": "Split: hub split to load (gsm8k/math500/strategyqa/mmlu default test, amc train), or "
+            "train/test for arith (disjoint streams). None: the task's default."
+        },
+    )
+    task_data_files: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local .jsonl/.json/.parquet/.csv file to read instead of the Hugging Face hub "
+            "(required for local)."
+        },
+    )
+    task_subset: str | None = field(
+        default=None, metadata={"help": "Hub config name (default: main for gsm8k, all for mmlu)."}
+    )
+    task_question_column: str | None = field(
+        default=None, metadata={"help": "Column holding the question (default: the dataset's own, e.g. problem)."}
+    )
+    task_answer_column: str | None = field(
+        default=None, metadata={"help": "Column holding the gold answer (default: the dataset's own, e.g. answer)."}
+    )
+    task_choices_column: str | None = field(
+        default=None, metadata={"help": "Column holding the list of options (mmlu, or local with kind mc)."}
+    )
+    task_id_column: str | None = field(
+        default=None, metadata={"help": "Column holding a stable row id (None: ids are <task>-<split>-<row>)."}
+    )
+    task_kind: str | None = field(
+        default=None, metadata={"help": "local only: answer kind, one of math, mc, yesno, text."}
+    )
+    task_limit: int | None = field(
+        default=None,
+        metadata={
+            "help": "Number of items: a seeded random subsample (the whole set when smaller); for arith the "
+            "first N of the stream. None: all (arith: task_num_examples)."
+        },
+    )
+    task_seed: int = field(default=0, metadata={"help": "Subsample seed (arith: generator seed)."})
+    task_levels: list[int] | None = field(
+        default=None, metadata={"help": "arith only: difficulty levels to mix uniformly, from 1..5 (None: all)."}
+    )
+    task_num_examples: int | None = field(
+        default=None, metadata={"help": "arith only: length of the generated stream (None: 1000)."}
+    )
+
+    def __post_init__(self) -> None:
+        from metamod.registry import resolve
+        from metamod.tasks import TASKS, task_options
+
+        if self.task_limit is not None and self.task_limit < 1:
+            raise ValueError(f"task_limit must be a positive integer or None (all items), got {self.task_limit}")
+        task_class = resolve(TASKS, self.task, what="task")
+        valid = task_options(task_class)
+        for option in self.options():
+            if option not in valid:
+                raise ValueError(
+                    f"{_PREFIX}{option} is not an option of task {self.task!r}; its options are: {', '.join(valid)}"
+                )
+
+    def options(self) -> dict[str, Any]:
+        """The options that were set, without the ``task_`` prefix (ready for :func:`metamod.tasks.load_task`)."""
+        options = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "task" or value is None or (f.name == "task_seed" and value == 0):
+                continue
+            options[f.name.removeprefix(_PREFIX)] = value
+        return options
+
+    def load(self):
+        """Build the task (see :func:`metamod.tasks.load_task`)."""
+        from metamod.tasks import load_task
+
+        return load_task(self.task, **self.options())
