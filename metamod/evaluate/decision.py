@@ -1,0 +1,344 @@
+"""Decision layers: what turns a debate (or a single agent) into one final answer, and when to stop.
+
+Every debate method sees the SAME debaters, budget ``T_max`` and decoding; only the decision layer differs. A
+debate layer is called once per round with every debate still active (batched: an LLM-based layer sends ONE
+``generator.chat`` call per round) and returns, per debate, whether to stop after this round and with which
+answer. At its last round (``T_max - 1``, 0-based; round ``2`` for ``adjudication_only``) a layer must stop every
+debate (the forced decision).
+
+=====================  =================================================================================
+``majority_vote``      runs all ``T_max`` rounds; majority of the last round's normalised answers.
+``consensus``          stops as soon as every debater gives the same parsable answer; majority at ``T_max``.
+``judge``              runs all rounds; a prompted LLM judge (template ``judge``) reads the last round.
+``moderator_prompted`` the untrained base model as moderator (the paper's Meta-Moderator*).
+``moderator``          the trained moderator (base model + LoRA adapter).
+``adjudication_only``  fixed 3 rounds, then the moderator's forced answer (ablation).
+``stopping_only``      the moderator decides when to stop; majority vote of that round answers (ablation).
+=====================  =================================================================================
+
+Moderator protocol: after each round the moderator sees ``moderator_messages(question, responses, final=False)``
+and answers ``CONTINUE`` or ``STOP <answer>..</answer>``, parsed by :func:`metamod.rewards.moderator.parse_decision`.
+Only a *valid* ``STOP`` stops a debate before ``T_max``; an invalid or unparsable output counts as ``CONTINUE``.
+At ``T_max`` the forced prompt (``final=True``) is used and only a valid ``STOP`` with its answer counts; anything
+else gives no answer, which is graded wrong. Each moderator call's validity is recorded (format-valid rate).
+
+Single-agent baselines (``single_*``) live in :mod:`metamod.evaluate.single` and share this registry.
+
+>>> sorted(DEBATE_LAYERS)[:3]
+['adjudication_only', 'consensus', 'judge']
+>>> ctx = LayerContext(max_rounds=3)
+>>> debate = {"id": "q", "kind": "math", "choices": None, "question": "1+1?", "rounds": [
+...     {"round": 0, "responses": [{"agent": 0, "text": "<answer>2</answer>", "answer": "2"},
+...                                {"agent": 1, "text": "<answer>2</answer>", "answer": "2"}]}]}
+>>> build_layer("consensus", ctx).decide(0, [debate])[0]
+StepDecision(stop=True, answer='2', raw=None, valid=None, prompt_tokens=0, completion_tokens=0)
+>>> build_layer("majority_vote", ctx).decide(0, [debate])[0].stop
+False
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from metamod.llm.base import Generation, Generator, SamplingConfig
+from metamod.prompts import format_responses, render
+from metamod.registry import resolve
+from metamod.rollout.state import moderator_messages
+from metamod.tasks.grading import extract_answer
+
+from .voting import all_agree, majority_answer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StepDecision:
+    """A decision layer's verdict on one debate after one round.
+
+    Attributes:
+        stop: whether the debate ends after this round.
+        answer: the final answer when stopping (``None``: no answer, graded wrong).
+        raw: the LLM output the decision was parsed from (``None`` for heuristic layers).
+        valid: whether that output followed the moderator protocol (``None`` when no moderator call was made).
+        prompt_tokens: prompt tokens the layer itself spent on this decision.
+        completion_tokens: completion tokens the layer itself spent on this decision.
+    """
+
+    stop: bool
+    answer: str | None = None
+    raw: str | None = None
+    valid: bool | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stop": self.stop,
+            "answer": self.answer,
+            "raw": self.raw,
+            "valid": self.valid,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+def _greedy(max_tokens: int) -> SamplingConfig:
+    return SamplingConfig(temperature=0.0, max_tokens=max_tokens)
+
+
+@dataclass
+class LayerContext:
+    """Everything a method may use; the harness fills only what the chosen methods need.
+
+    Attributes:
+        max_rounds: the debate budget ``T_max`` (number of rounds).
+        seed: evaluation seed (majority tie-break, single-agent sampling).
+        moderator: the trained moderator's generator (base + adapter).
+        moderator_base: the untrained base model used as a prompted moderator.
+        judge: the LLM judge's generator.
+        moderator_sampling: decoding for moderator calls (greedy by default: replay == live).
+        judge_sampling: decoding for judge calls.
+        fixed_rounds: debate length of ``adjudication_only``.
+        agent: generator of the single-agent baselines (an LLM debater model).
+        agent_sampling: decoding for single-agent baselines (``single_cot_sc`` samples with it).
+        simulated_agent: in the simulated world, the simulated debater the single-agent baselines replay.
+        sc_samples: number of samples ``k`` of ``single_cot_sc``.
+        memory: an optional memory whose guidance is prepended to single-agent prompts.
+    """
+
+    max_rounds: int
+    seed: int = 0
+    moderator: Generator | None = None
+    moderator_base: Generator | None = None
+    judge: Generator | None = None
+    moderator_sampling: SamplingConfig = field(default_factory=lambda: _greedy(64))
+    judge_sampling: SamplingConfig = field(default_factory=lambda: _greedy(512))
+    fixed_rounds: int = 3
+    agent: Generator | None = None
+    agent_sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.7, max_tokens=512))
+    simulated_agent: Any = None
+    sc_samples: int = 5
+    memory: Any = None
+
+    def __post_init__(self) -> None:
+        if self.max_rounds < 1:
+            raise ValueError(f"max_rounds must be >= 1, got {self.max_rounds}")
+        if self.fixed_rounds < 1:
+            raise ValueError(f"fixed_rounds must be >= 1, got {self.fixed_rounds}")
+        if self.sc_samples < 1:
+            raise ValueError(f"sc_samples must be >= 1, got {self.sc_samples}")
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def round_texts(debate: dict[str, Any], round_index: int) -> list[str]:
+    """Every debater's full response at ``round_index``, in agent order."""
+    return [r["text"] for r in debate["rounds"][round_index]["responses"]]
+
+
+def round_answers(debate: dict[str, Any], round_index: int) -> list[str | None]:
+    """Every debater's extracted answer at ``round_index``, in agent order (``None`` when unparsable)."""
+    return [r.get("answer") for r in debate["rounds"][round_index]["responses"]]
+
+
+def round_majority(debate: dict[str, Any], round_index: int, seed: int) -> str | None:
+    """Majority vote of one round's answers with the seeded tie rule of :mod:`metamod.evaluate.voting`."""
+    return majority_answer(
+        round_answers(debate, round_index),
+        kind=debate["kind"],
+        choices=debate.get("choices"),
+        seed=seed,
+        question_id=str(debate["id"]),
+    )
+
+
+def _single_call(generator: Generator, conversations: list[list[dict]], sampling: SamplingConfig) -> list[Generation]:
+    if sampling.n != 1:
+        raise ValueError(f"decision layers make one decision per debate: sampling.n must be 1, got {sampling.n}")
+    outputs = generator.chat(conversations, sampling) if conversations else []
+    if len(outputs) != len(conversations):
+        raise RuntimeError(f"generator {generator.name!r} returned {len(outputs)} outputs for {len(conversations)}")
+    return outputs
+
+
+# --------------------------------------------------------------------------------------------- base
+
+
+class DecisionLayer:
+    """Base class of debate decision layers.
+
+    Subclasses set ``name``, ``label`` (table row name) and ``needs`` (the :class:`LayerContext` generators they
+    use) and implement :meth:`decide`.
+    """
+
+    name: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    family: ClassVar[str] = "debate"
+    needs: ClassVar[tuple[str, ...]] = ()
+    #: whether the layer's own outputs follow the moderator protocol (format-valid rate is reported)
+    moderated: ClassVar[bool] = False
+
+    def __init__(self, context: LayerContext):
+        self.context = context
+        for need in self.needs:
+            if getattr(context, need) is None:
+                raise ValueError(f"method {self.name!r} needs a {need} generator; configure it (see docs/evaluation.md)")
+
+    @property
+    def last_round(self) -> int:
+        """0-based index of the round at which this layer forces a decision."""
+        return self.context.max_rounds - 1
+
+    def decide(self, round_index: int, debates: list[dict[str, Any]]) -> list[StepDecision]:
+        """Decide for every active debate after round ``round_index`` (its rounds ``0..round_index`` are given).
+
+        Args:
+            round_index: the 0-based round just played.
+            debates: trace dicts of the debates still active.
+
+        Returns:
+            One :class:`StepDecision` per debate, in order; at :attr:`last_round` every one has ``stop=True``.
+        """
+        raise NotImplementedError
+
+
+class MajorityVote(DecisionLayer):
+    name, label = "majority_vote", "MAD (Majority Voting)"
+
+    def decide(self, round_index, debates):
+        if round_index < self.last_round:
+            return [StepDecision(stop=False) for _ in debates]
+        return [StepDecision(stop=True, answer=round_majority(d, round_index, self.context.seed)) for d in debates]
+
+
+class Consensus(DecisionLayer):
+    name, label = "consensus", "MAD (Consensus)"
+
+    def decide(self, round_index, debates):
+        out = []
+        for d in debates:
+            answers = round_answers(d, round_index)
+            agreed = all_agree(answers, kind=d["kind"], choices=d.get("choices"))
+            if agreed or round_index >= self.last_round:
+                out.append(StepDecision(stop=True, answer=round_majority(d, round_index, self.context.seed)))
+            else:
+                out.append(StepDecision(stop=False))
+        return out
+
+
+class Judge(DecisionLayer):
+    name, label, needs = "judge", "MAD (LLM-as-a-Judge)", ("judge",)
+
+    def decide(self, round_index, debates):
+        if round_index < self.last_round:
+            return [StepDecision(stop=False) for _ in debates]
+        conversations = [
+            [{"role": "user", "content": render(
+                "judge", question=d["question"], responses=format_responses(round_texts(d, round_index)))}]
+            for d in debates
+        ]
+        outputs = _single_call(self.context.judge, conversations, self.context.judge_sampling)
+        return [
+            StepDecision(stop=True, answer=extract_answer(g.text), raw=g.text,
+                         prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens)
+            for g in outputs
+        ]
+
+
+class Moderator(DecisionLayer):
+    """Meta-Moderator: CONTINUE/STOP after every round, forced answer at ``T_max``."""
+
+    name, label, needs, moderated = "moderator", "Meta-Moderator", ("moderator",), True
+    generator_field: ClassVar[str] = "moderator"
+
+    @property
+    def generator(self) -> Generator:
+        return getattr(self.context, self.generator_field)
+
+    def ask(self, round_index: int, debates: list[dict[str, Any]], *, final: bool) -> list[StepDecision]:
+        """One batched moderator call; returns the protocol-level decision (answer only for a valid STOP)."""
+        from metamod.rewards.moderator import parse_decision
+
+        conversations = [moderator_messages(d["question"], round_texts(d, round_index), final=final) for d in debates]
+        outputs = _single_call(self.generator, conversations, self.context.moderator_sampling)
+        decisions = []
+        for g in outputs:
+            parsed = parse_decision(g.text)
+            stop = bool(parsed.valid and parsed.action == "STOP")
+            decisions.append(StepDecision(
+                stop=stop or final, answer=parsed.answer if stop else None, raw=g.text, valid=bool(parsed.valid),
+                prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens,
+            ))
+        return decisions
+
+    def decide(self, round_index, debates):
+        return self.ask(round_index, debates, final=round_index >= self.last_round)
+
+
+class PromptedModerator(Moderator):
+    name, label, needs = "moderator_prompted", "Meta-Moderator* (untrained)", ("moderator_base",)
+    generator_field = "moderator_base"
+
+
+class AdjudicationOnly(Moderator):
+    """Fixed debate length (``fixed_rounds``, capped by ``T_max``), then the moderator's forced answer."""
+
+    name, label = "adjudication_only", "Adjudication-only"
+
+    @property
+    def last_round(self) -> int:
+        return min(self.context.fixed_rounds, self.context.max_rounds) - 1
+
+    def decide(self, round_index, debates):
+        if round_index < self.last_round:
+            return [StepDecision(stop=False) for _ in debates]
+        return self.ask(round_index, debates, final=True)
+
+
+class StoppingOnly(Moderator):
+    """The moderator's CONTINUE/STOP; the answer is the majority vote of the stopping round (no call at T_max)."""
+
+    name, label = "stopping_only", "Stopping-only"
+
+    def decide(self, round_index, debates):
+        seed = self.context.seed
+        if round_index >= self.last_round:
+            return [StepDecision(stop=True, answer=round_majority(d, round_index, seed)) for d in debates]
+        decisions = self.ask(round_index, debates, final=False)
+        for decision, d in zip(decisions, debates, strict=True):
+            decision.answer = round_majority(d, round_index, seed) if decision.stop else None
+        return decisions
+
+
+#: debate decision layers (replayed over shared transcripts)
+DEBATE_LAYERS: dict[str, type[DecisionLayer]] = {
+    cls.name: cls
+    for cls in (MajorityVote, Consensus, Judge, PromptedModerator, Moderator, AdjudicationOnly, StoppingOnly)
+}
+
+
+def _all_layers() -> dict[str, type]:
+    from .single import SINGLE_AGENT_METHODS
+
+    return {**SINGLE_AGENT_METHODS, **DEBATE_LAYERS}
+
+
+#: every evaluation method, debate layers and single-agent baselines: the ONE registry
+DECISION_LAYERS: dict[str, type] = _all_layers()
+
+
+def build_layer(name: str, context: LayerContext):
+    """Instantiate method ``name`` from :data:`DECISION_LAYERS` (unknown names fail listing the valid ones).
+
+    Args:
+        name: a registered method name or a dotted path ``package.module:Class``.
+        context: the shared :class:`LayerContext`.
+
+    Returns:
+        The method object (a :class:`DecisionLayer` or a single-agent baseline).
+    """
+    cls = resolve(DECISION_LAYERS, name, what="evaluation method")
+    return cls(context)

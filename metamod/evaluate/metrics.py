@@ -1,0 +1,203 @@
+"""Metrics over per-question method records: accuracy with intervals, rounds, tokens, coverage, significance.
+
+A *record* is one method's outcome on one question (the ``methods[name]`` entry of a ``samples.jsonl`` row):
+``correct`` (bool), ``covered`` (gold among the debaters' answers in rounds ``0..stop``), ``rounds`` (rounds
+played, ``None`` for single-agent baselines), ``tokens`` (``debater_prompt``, ``debater_completion``,
+``moderator_prompt``, ``moderator_completion``) and ``valid`` (list of the moderator calls' format validity).
+
+Identities (checked in tests): ``correct = correct_with_coverage + correct_without_coverage`` and
+``mis_aggregation = covered - correct_with_coverage``.
+
+>>> recs = [{"correct": True, "covered": True}, {"correct": False, "covered": True},
+...         {"correct": True, "covered": False}, {"correct": False, "covered": False}]
+>>> m = method_metrics(recs)
+>>> m["accuracy"], m["coverage"], m["mis_aggregation"], m["correct_with_coverage"], m["correct_without_coverage"]
+(0.5, 0.5, 1, 1, 1)
+>>> round(mcnemar_exact(b=8, c=1), 4)
+0.0391
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import mean, pstdev
+from typing import Any
+
+#: z for a two-sided 95% interval
+Z95 = 1.959963984540054
+
+TOKEN_KEYS = ("debater_prompt", "debater_completion", "moderator_prompt", "moderator_completion")
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion.
+
+    Args:
+        successes: number of successes.
+        n: number of trials (``0`` gives ``(0.0, 1.0)``).
+        z: normal quantile (1.96 for 95%).
+
+    Returns:
+        ``(low, high)``.
+
+    >>> [round(x, 3) for x in wilson_interval(8, 10)]
+    [0.49, 0.943]
+    """
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _binom_two_sided_half(k: int, n: int) -> float:
+    """Exact two-sided p-value of ``k`` successes out of ``n`` under p=0.5 (by hand, no scipy)."""
+    tail = sum(math.comb(n, i) for i in range(0, min(k, n - k) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Exact McNemar test p-value from the discordant pair counts.
+
+    Uses ``scipy.stats.binomtest`` when scipy is importable, else the exact binomial sum (identical values).
+
+    Args:
+        b: questions method A got right and method B wrong.
+        c: questions method A got wrong and method B right.
+
+    Returns:
+        The two-sided p-value (``1.0`` when there is no discordant pair).
+
+    >>> mcnemar_exact(0, 0), mcnemar_exact(3, 3)
+    (1.0, 1.0)
+    >>> abs(mcnemar_exact(10, 2) - _binom_two_sided_half(2, 12)) < 1e-12
+    True
+    """
+    n = b + c
+    if n == 0:
+        return 1.0
+    try:
+        from scipy.stats import binomtest
+    except ImportError:
+        return _binom_two_sided_half(min(b, c), n)
+    return float(min(1.0, binomtest(min(b, c), n, 0.5).pvalue))
+
+
+def paired_comparison(reference: dict[Any, bool], other: dict[Any, bool]) -> dict[str, float | int]:
+    """Exact McNemar comparison of two methods on the questions both answered.
+
+    Args:
+        reference: per-question correctness of the reference method (key: e.g. ``(seed, id)``).
+        other: per-question correctness of the compared method.
+
+    Returns:
+        ``{"n": paired questions, "b": reference right/other wrong, "c": reference wrong/other right,
+        "p_value": ...}``.
+
+    >>> paired_comparison({1: True, 2: True, 3: False}, {1: False, 2: True, 3: False})
+    {'n': 3, 'b': 1, 'c': 0, 'p_value': 1.0}
+    """
+    keys = sorted(set(reference) & set(other), key=str)
+    b = sum(1 for k in keys if reference[k] and not other[k])
+    c = sum(1 for k in keys if other[k] and not reference[k])
+    return {"n": len(keys), "b": b, "c": c, "p_value": mcnemar_exact(b, c)}
+
+
+def _stderr(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    return pstdev(values) * math.sqrt(len(values) / (len(values) - 1)) / math.sqrt(len(values))
+
+
+def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | None = None) -> dict[str, Any]:
+    """Aggregate one method's records on one task.
+
+    Args:
+        records: per-question records (see module docstring).
+        seeds: the seed of each record, aligned with ``records`` (adds per-seed accuracy mean/std when > 1 seed).
+
+    Returns:
+        A flat ``{metric: value}`` dict; ``*_stderr`` keys give standard errors.
+    """
+    n = len(records)
+    correct = [bool(r["correct"]) for r in records]
+    covered = [bool(r.get("covered")) for r in records]
+    k = sum(correct)
+    acc = k / n if n else 0.0
+    low, high = wilson_interval(k, n)
+    cwc = sum(1 for a, c in zip(correct, covered, strict=True) if a and c)
+    out: dict[str, Any] = {
+        "n": n,
+        "accuracy": acc,
+        "accuracy_stderr": math.sqrt(acc * (1 - acc) / n) if n else 0.0,
+        "accuracy_ci_low": low,
+        "accuracy_ci_high": high,
+        "coverage": sum(covered) / n if n else 0.0,
+        "coverage_count": sum(covered),
+        "mis_aggregation": sum(covered) - cwc,
+        "correct_with_coverage": cwc,
+        "correct_without_coverage": k - cwc,
+    }
+    rounds = [r["rounds"] for r in records if r.get("rounds") is not None]
+    if rounds:
+        out["mean_rounds"] = mean(rounds)
+        out["mean_rounds_stderr"] = _stderr(rounds)
+    totals = []
+    for key in TOKEN_KEYS:
+        values = [int((r.get("tokens") or {}).get(key, 0)) for r in records]
+        out[f"{key}_tokens_per_question"] = mean(values) if values else 0.0
+    for r in records:
+        totals.append(sum(int((r.get("tokens") or {}).get(key, 0)) for key in TOKEN_KEYS))
+    out["tokens_per_question"] = mean(totals) if totals else 0.0
+    out["tokens_per_question_stderr"] = _stderr(totals)
+    validity = [bool(v) for r in records for v in (r.get("valid") or [])]
+    if validity:
+        out["format_valid_rate"] = sum(validity) / len(validity)
+        out["moderator_calls"] = len(validity)
+    if seeds is not None and len(set(seeds)) > 1:
+        per_seed = []
+        for seed in sorted(set(seeds)):
+            chosen = [c for c, s in zip(correct, seeds, strict=True) if s == seed]
+            per_seed.append(sum(chosen) / len(chosen))
+        out["accuracy_seed_mean"] = mean(per_seed)
+        out["accuracy_seed_std"] = pstdev(per_seed)
+        out["accuracy_per_seed"] = per_seed
+    return out
+
+
+def task_metrics(
+    rows: Sequence[dict[str, Any]], methods: Sequence[str], *, reference: str | None = "moderator"
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Metrics of every method on one task's ``samples.jsonl`` rows, plus paired tests against ``reference``.
+
+    Args:
+        rows: the task's sample rows (``row["methods"][name]`` records, ``row["seed"]``, ``row["id"]``).
+        methods: the methods to report, in order.
+        reference: the method compared to every other one by the exact McNemar test (skipped when absent).
+
+    Returns:
+        ``(metrics_by_method, significance_by_other_method)``; each method's metrics also get
+        ``mcnemar_p_vs_<reference>``.
+    """
+    results: dict[str, dict[str, Any]] = {}
+    correctness: dict[str, dict[Any, bool]] = {}
+    for method in methods:
+        chosen = [row for row in rows if method in row.get("methods", {})]
+        records = [row["methods"][method] for row in chosen]
+        if not records:
+            continue
+        results[method] = method_metrics(records, seeds=[row.get("seed", 0) for row in chosen])
+        correctness[method] = {(row.get("seed", 0), row["id"]): bool(row["methods"][method]["correct"])
+                               for row in chosen}
+    significance: dict[str, dict[str, Any]] = {}
+    if reference in correctness:
+        for method, values in correctness.items():
+            if method == reference:
+                continue
+            test = paired_comparison(correctness[reference], values)
+            significance[method] = test
+            results[method][f"mcnemar_p_vs_{reference}"] = test["p_value"]
+    return results, significance

@@ -1,0 +1,212 @@
+"""Single-agent baselines: one model answers alone (no debate), with its own batched generator calls.
+
+=====================  =================================================================================
+``single_naive``       template ``single_naive``: answer only.
+``single_cot``         template ``single_cot``: step-by-step reasoning, then the answer.
+``single_reflection``  a three-turn conversation: CoT answer, self-critique (``single_reflection_critique``),
+                       revised answer (``single_reflection_revise``); the revised answer counts.
+``single_cot_sc``      self-consistency: ``k`` CoT samples (``sampling.n = k``), majority vote of their answers.
+=====================  =================================================================================
+
+With an LLM (``LayerContext.agent``) each step of each method is ONE batched ``generator.chat`` call over all
+questions. Memory guidance (``memory.guidance(example, "single")``), when non-empty, is prepended through the
+``memory_guidance`` template.
+
+In the simulated world (``LayerContext.simulated_agent``, a simulated debater group) there are no prompts to vary,
+so each baseline is defined by which simulated turn it replays:
+
+* ``single_naive`` and ``single_cot``: agent 0's round-0 response (the two coincide there by construction);
+* ``single_reflection``: agent 0 at round 1 after seeing only its own round-0 response (no peers);
+* ``single_cot_sc``: ``k`` independent round-0 responses of agent 0, sample ``j`` drawn with seed ``seed + j``,
+  then a majority vote (seeded tie rule of :mod:`metamod.evaluate.voting`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from metamod.llm.base import Conversation, Generation
+from metamod.prompts import render
+from metamod.tasks.base import Example
+from metamod.tasks.grading import extract_answer
+
+from .voting import majority_answer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SingleOutcome:
+    """What a single-agent baseline produced for one question.
+
+    Attributes:
+        answer: the final answer (``None``: none parsable, graded wrong).
+        answers: every answer the agent proposed on the way (for coverage), in order.
+        texts: the raw responses, in order.
+        prompt_tokens: prompt tokens spent on this question.
+        completion_tokens: completion tokens spent on this question.
+    """
+
+    answer: str | None
+    answers: list[str | None] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, generation: Generation) -> str | None:
+        answer = extract_answer(generation.text)
+        self.texts.append(generation.text)
+        self.answers.append(answer)
+        self.prompt_tokens += generation.prompt_tokens
+        self.completion_tokens += generation.completion_tokens
+        return answer
+
+
+class SingleAgentMethod:
+    """Base class: ``run(examples) -> list[SingleOutcome]`` with an LLM agent or a simulated one."""
+
+    name: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    family: ClassVar[str] = "single"
+    needs: ClassVar[tuple[str, ...]] = ()
+    moderated: ClassVar[bool] = False
+    template: ClassVar[str] = "single_cot"
+
+    def __init__(self, context: Any):
+        self.context = context
+        if context.agent is None and context.simulated_agent is None:
+            raise ValueError(
+                f"method {self.name!r} needs an agent: an LLM generator (debater backend) or simulated debaters"
+            )
+
+    # ---- LLM helpers
+    def _prompt(self, example: Example, template: str) -> str:
+        text = render(template, question=example.prompt_text())
+        memory = self.context.memory
+        guidance = str(memory.guidance(example, "single") or "").strip() if memory is not None else ""
+        if guidance:
+            text = render("memory_guidance", guidance=guidance) + "\n\n" + text
+        return text
+
+    def _chat(self, conversations: list[Conversation], *, n: int = 1) -> list[Generation]:
+        sampling = dataclasses.replace(self.context.agent_sampling, n=n, seed=self.context.seed)
+        outputs = self.context.agent.chat(conversations, sampling) if conversations else []
+        if len(outputs) != len(conversations) * n:
+            raise RuntimeError(f"agent returned {len(outputs)} outputs for {len(conversations)} x {n}")
+        return outputs
+
+    # ---- simulated helpers
+    def _sim(self, requests: list[Any], group: Any = None) -> list[Generation]:
+        group = self.context.simulated_agent if group is None else group
+        return list(group.respond(requests)) if requests else []
+
+    @staticmethod
+    def _request(example: Example, round_index: int = 0, own_previous: str | None = None) -> Any:
+        from metamod.rollout.debaters import DebateRequest
+
+        return DebateRequest(example=example, agent=0, round=round_index, own_previous=own_previous)
+
+    def run(self, examples: list[Example]) -> list[SingleOutcome]:
+        """Answer every example (one batched call per step).
+
+        Args:
+            examples: the questions.
+
+        Returns:
+            One :class:`SingleOutcome` per example, in order.
+        """
+        outcomes = [SingleOutcome(answer=None) for _ in examples]
+        if self.context.agent is not None:
+            conversations = [[{"role": "user", "content": self._prompt(ex, self.template)}] for ex in examples]
+            generations = self._chat(conversations)
+        else:
+            generations = self._sim([self._request(ex) for ex in examples])
+        for outcome, g in zip(outcomes, generations, strict=True):
+            outcome.answer = outcome.add(g)
+        return outcomes
+
+
+class SingleNaive(SingleAgentMethod):
+    name, label, template = "single_naive", "Single (Naive)", "single_naive"
+
+
+class SingleCoT(SingleAgentMethod):
+    name, label, template = "single_cot", "Single (CoT)", "single_cot"
+
+
+class SingleReflection(SingleAgentMethod):
+    name, label = "single_reflection", "Single (Reflection)"
+
+    def run(self, examples):
+        outcomes = [SingleOutcome(answer=None) for _ in examples]
+        if self.context.agent is None:
+            first = self._sim([self._request(ex) for ex in examples])
+            for o, g in zip(outcomes, first, strict=True):
+                o.add(g)
+            revised = self._sim([self._request(ex, 1, g.text) for ex, g in zip(examples, first, strict=True)])
+            for o, g in zip(outcomes, revised, strict=True):
+                o.answer = o.add(g)
+            return outcomes
+        conversations = [[{"role": "user", "content": self._prompt(ex, "single_cot")}] for ex in examples]
+        for step, follow_up in enumerate((None, "single_reflection_critique", "single_reflection_revise")):
+            if follow_up is not None:
+                for conv in conversations:
+                    conv.append({"role": "user", "content": render(follow_up)})
+            generations = self._chat(conversations)
+            for o, conv, g in zip(outcomes, conversations, generations, strict=True):
+                conv.append({"role": "assistant", "content": g.text})
+                if step == 1:  # the critique is not an answer: count its tokens only
+                    o.texts.append(g.text)
+                    o.prompt_tokens += g.prompt_tokens
+                    o.completion_tokens += g.completion_tokens
+                else:
+                    o.answer = o.add(g)
+        return outcomes
+
+
+class SingleCoTSC(SingleAgentMethod):
+    name, label = "single_cot_sc", "Single (CoT-SC)"
+
+    def run(self, examples):
+        k = self.context.sc_samples
+        outcomes = [SingleOutcome(answer=None) for _ in examples]
+        if self.context.agent is not None:
+            if self.context.agent_sampling.temperature == 0:
+                logger.warning("single_cot_sc with temperature 0: the %d samples will be identical", k)
+            conversations = [[{"role": "user", "content": self._prompt(ex, "single_cot")}] for ex in examples]
+            generations = self._chat(conversations, n=k)
+            per_example = [generations[i * k:(i + 1) * k] for i in range(len(examples))]
+        else:
+            columns = [self._sim([self._request(ex) for ex in examples], self._reseeded(j)) for j in range(k)]
+            per_example = [[column[i] for column in columns] for i in range(len(examples))]
+        for ex, o, gens in zip(examples, outcomes, per_example, strict=True):
+            for g in gens:
+                o.add(g)
+            o.answer = majority_answer(o.answers, kind=ex.kind, choices=ex.choices, seed=self.context.seed,
+                                       question_id=ex.id)
+        return outcomes
+
+    def _reseeded(self, offset: int) -> Any:
+        """A copy of the simulated group whose seed is shifted by ``offset`` (sample ``j`` uses ``seed + j``)."""
+        group = self.context.simulated_agent
+        if offset == 0:
+            return group
+        clone = copy.copy(group)
+        config = getattr(group, "config", None)
+        if config is not None and hasattr(config, "sim_seed"):
+            clone.config = dataclasses.replace(config, sim_seed=config.sim_seed + offset)
+        elif hasattr(group, "seed"):
+            clone.seed = group.seed + offset
+        else:
+            raise TypeError(f"cannot reseed simulated debaters {type(group).__name__}: no `seed` or `config.sim_seed`")
+        return clone
+
+
+#: single-agent baselines, merged into :data:`metamod.evaluate.decision.DECISION_LAYERS`
+SINGLE_AGENT_METHODS: dict[str, type[SingleAgentMethod]] = {
+    cls.name: cls for cls in (SingleNaive, SingleCoT, SingleReflection, SingleCoTSC)
+}
