@@ -1,0 +1,650 @@
+"""``metamod export``: a trained moderator adapter -> a shareable folder (adapter, tokenizer, model card), optional
+merged full weights, and an optional upload to the Hugging Face Hub.
+
+Everything is checked before any work starts: the adapter folder (or the checkpoint to pick inside a training run),
+the base model, the results file, the dataset, the output folder and, for an upload, the Hub token and network
+mode.
+
+>>> cfg = ExportConfig(adapter="checkpoints/tiny", output_dir="exports/tiny")
+>>> cfg.merge, cfg.push_to_hub
+(False, False)
+>>> ExportConfig(adapter="a", output_dir="b", push_to_hub=True)
+Traceback (most recent call last):
+...
+ValueError: push_to_hub needs repo_id (e.g. --repo_id your-org/meta-moderator)
+>>> checkpoint_step(Path("run/checkpoint-40"))
+40
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_WEIGHTS_BIN = "adapter_model.bin"
+TRAIN_SUMMARY = "train_summary.json"
+#: resolved-config file names looked for beside an adapter (then in its parent, for checkpoint-* folders)
+CONFIG_NAMES = ("resolved_config.yaml", "config.yaml", "train_config.yaml", "training_config.yaml")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+#: a Hub repo id: ``name`` or ``org/name``
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+class HubUploadError(RuntimeError):
+    """The Hub upload cannot happen (no token, offline mode, no network, no write access); says what to do."""
+
+
+@dataclass
+class ExportConfig:
+    """Options of ``metamod export``."""
+
+    adapter: str | None = field(
+        default=None,
+        metadata={
+            "help": "Adapter folder: a `metamod train` output dir or one of its checkpoint-* folders "
+            "(must hold adapter_config.json + adapter_model.safetensors)."
+        },
+    )
+    output_dir: str | None = field(default=None, metadata={"help": "Folder to write the export to."})
+    checkpoint: str | None = field(
+        default=None,
+        metadata={
+            "help": "Inside a training output dir, which checkpoint to export: 'latest', a folder name "
+            "(checkpoint-500) or a step (500). Default: the final adapter at the top of --adapter."
+        },
+    )
+    base_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Base model id or path; overrides adapter_config.json's base_model_name_or_path (and is "
+            "written into the exported adapter_config.json). Use a Hub id before pushing."
+        },
+    )
+    merge: bool = field(
+        default=False, metadata={"help": "Also write merged full weights (base + adapter) to OUT/merged."}
+    )
+    merge_only: bool = field(
+        default=False,
+        metadata={"help": "Write ONLY the merged full weights (+ tokenizer and card) to OUT, no adapter files."},
+    )
+    merge_dtype: str = field(
+        default="auto", metadata={"help": f"dtype of merged weights: one of {', '.join(DTYPES)} (auto = base's)."}
+    )
+    results: str | None = field(
+        default=None, metadata={"help": "results.json from `metamod eval` to render as a table in the model card."}
+    )
+    dataset_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Moderator dataset (save_to_disk folder) to compute eta statistics for the card. Default: the "
+            "dataset_path recorded in the training config, when it still exists."
+        },
+    )
+    license: str | None = field(
+        default=None, metadata={"help": "License id for the card metadata (follow the base model's license)."}
+    )
+    overwrite: bool = field(
+        default=False, metadata={"help": "Replace a non-empty output_dir (its contents are deleted first)."}
+    )
+    push_to_hub: bool = field(default=False, metadata={"help": "Upload output_dir to the Hugging Face Hub."})
+    repo_id: str | None = field(default=None, metadata={"help": "Hub repo to upload to, e.g. your-org/meta-moderator."})
+    private: bool = field(default=False, metadata={"help": "Create the Hub repo as private."})
+    dry_run: bool = field(
+        default=False,
+        metadata={"help": "With --push_to_hub: export locally and list what would be uploaded, upload nothing."},
+    )
+    commit_message: str = field(
+        default="Upload Meta-Moderator adapter (metamod export)", metadata={"help": "Hub commit message."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.merge_dtype not in DTYPES:
+            raise ValueError(f"merge_dtype must be one of {list(DTYPES)}, got {self.merge_dtype!r}")
+        if self.merge_only:
+            self.merge = True
+        if self.push_to_hub and not self.repo_id:
+            raise ValueError("push_to_hub needs repo_id (e.g. --repo_id your-org/meta-moderator)")
+        if self.repo_id and not _REPO_ID.match(self.repo_id):
+            raise ValueError(f"repo_id {self.repo_id!r} is not a Hub repo id; expected 'org/name' or 'name'")
+        if self.dry_run and not self.push_to_hub:
+            raise ValueError("dry_run previews a Hub upload; add --push_to_hub --repo_id org/name (or drop --dry_run)")
+
+    def check_required(self) -> None:
+        """Fail on missing required options (kept out of ``__post_init__`` so the dataclass has defaults)."""
+        missing = [name for name in ("adapter", "output_dir") if not getattr(self, name)]
+        if missing:
+            raise ValueError(f"metamod export needs {', '.join('--' + m for m in missing)}")
+
+
+# ---------------------------------------------------------------- validation
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step number of a ``checkpoint-<step>`` folder (-1 when the name has no number)."""
+    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    return int(match.group(1)) if match else -1
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """``checkpoint-*`` sub-folders of ``run_dir`` that hold an adapter, oldest first."""
+    run_dir = Path(run_dir)
+    found = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and (p / ADAPTER_CONFIG).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def resolve_adapter_dir(adapter: str | os.PathLike, checkpoint: str | None = None) -> Path:
+    """Find the adapter folder to export and check that it is complete.
+
+    Args:
+        adapter: an adapter folder, or a training output dir holding ``checkpoint-*`` folders.
+        checkpoint: ``None`` (the adapter at the top of ``adapter``), ``"latest"``, ``"checkpoint-<step>"`` or
+            ``"<step>"``.
+
+    Returns:
+        The folder holding ``adapter_config.json`` and the adapter weights.
+
+    Raises:
+        FileNotFoundError: missing folder, missing ``adapter_config.json`` or weights, unknown checkpoint (the
+            message lists what exists and what to pass).
+    """
+    root = Path(adapter)
+    if not root.is_dir():
+        raise FileNotFoundError(f"adapter folder {root} does not exist (pass --adapter <metamod train output_dir>)")
+    checkpoints = list_checkpoints(root)
+    names = [p.name for p in checkpoints]
+    if checkpoint is not None and str(checkpoint) != "":
+        checkpoint = str(checkpoint)
+        if not checkpoints:
+            raise FileNotFoundError(
+                f"--checkpoint {checkpoint!r} given but {root} holds no checkpoint-* adapter folder"
+            )
+        if checkpoint == "latest":
+            chosen = checkpoints[-1]
+        else:
+            name = checkpoint if checkpoint.startswith("checkpoint-") else f"checkpoint-{checkpoint}"
+            if name not in names:
+                raise FileNotFoundError(f"checkpoint {name} not found in {root}; available: {', '.join(names)}")
+            chosen = root / name
+        logger.info("Exporting checkpoint %s", chosen)
+        root = chosen
+    elif not (root / ADAPTER_CONFIG).is_file():
+        if checkpoints:
+            raise FileNotFoundError(
+                f"{root} has no {ADAPTER_CONFIG} (no final adapter) but holds checkpoints {', '.join(names)}; pass "
+                f"--checkpoint latest (= {names[-1]}) or --adapter {checkpoints[-1]}"
+            )
+        present = sorted(p.name for p in root.iterdir())[:10]
+        raise FileNotFoundError(
+            f"{root} is not a PEFT adapter folder: {ADAPTER_CONFIG} is missing (found: {present or 'nothing'}). "
+            f"Pass the output_dir of `metamod train`, which holds {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS}."
+        )
+    if not (root / ADAPTER_WEIGHTS).is_file() and not (root / ADAPTER_WEIGHTS_BIN).is_file():
+        raise FileNotFoundError(f"{root} has {ADAPTER_CONFIG} but no adapter weights ({ADAPTER_WEIGHTS} is missing)")
+    return root
+
+
+def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
+    """``adapter_config.json`` as a dict (a clear error when it is not valid JSON)."""
+    path = adapter_dir / ADAPTER_CONFIG
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def resolve_base_model(adapter_config: dict[str, Any], base_model: str | None = None) -> tuple[str, bool]:
+    """The base model to use and whether it is a local folder.
+
+    A name that exists on disk is local. A name that can only be a path (absolute, ``./``, ``~``, more than one
+    ``/``) but does not exist is an error; anything else is taken as a Hub id.
+
+    Args:
+        adapter_config: the adapter's config (``base_model_name_or_path``).
+        base_model: an explicit override.
+
+    Returns:
+        ``(name, is_local)``.
+
+    >>> resolve_base_model({"base_model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"})
+    ('Qwen/Qwen2.5-7B-Instruct', False)
+    >>> resolve_base_model({"base_model_name_or_path": "/gone/tiny"})
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: base model folder /gone/tiny (from adapter_config.json base_model_name_or_path) no longer exists; pass --base_model with its new location or a Hub id
+    """
+    source = "--base_model" if base_model else "adapter_config.json base_model_name_or_path"
+    name = base_model or adapter_config.get("base_model_name_or_path")
+    if not name:
+        raise ValueError("adapter_config.json has no base_model_name_or_path; pass --base_model <id or path>")
+    name = str(name)
+    if Path(name).expanduser().exists():
+        return name, True
+    if name.startswith(("/", "./", "../", "~", ".")) or "\\" in name or not _REPO_ID.match(name):
+        raise FileNotFoundError(
+            f"base model folder {name} (from {source}) no longer exists; pass --base_model with its new location "
+            "or a Hub id"
+        )
+    return name, False
+
+
+def find_training_files(adapter_dir: Path) -> tuple[dict[str, Any], Path | None, dict[str, Any], Path | None]:
+    """The resolved training config and ``train_summary.json`` beside the adapter (or in its parent run dir).
+
+    Returns:
+        ``(config, config_path, summary, summary_path)``; ``{}`` / ``None`` for what is not found.
+    """
+    config: dict[str, Any] = {}
+    config_path = summary_path = None
+    summary: dict[str, Any] = {}
+    for folder in (adapter_dir, adapter_dir.parent):
+        if config_path is None:
+            candidates = [folder / n for n in CONFIG_NAMES if (folder / n).is_file()]
+            if candidates:
+                config_path = candidates[0]
+                loaded = yaml.safe_load(config_path.read_text()) or {}
+                config = loaded if isinstance(loaded, dict) else {}
+        if summary_path is None and (folder / TRAIN_SUMMARY).is_file():
+            summary_path = folder / TRAIN_SUMMARY
+            try:
+                loaded = json.loads(summary_path.read_text())
+            except json.JSONDecodeError:
+                logger.warning("Ignoring %s: not valid JSON", summary_path)
+                loaded = {}
+            summary = loaded if isinstance(loaded, dict) else {}
+    return config, config_path, summary, summary_path
+
+
+def _prepare_output(output_dir: Path, adapter_dir: Path, overwrite: bool) -> None:
+    out, src = output_dir.resolve(), adapter_dir.resolve()
+    if out == src or out in src.parents:
+        raise ValueError(
+            f"output_dir {output_dir} would overwrite the adapter it exports ({adapter_dir}); choose another"
+        )
+    if output_dir.exists() and any(output_dir.iterdir()):
+        if not overwrite:
+            raise FileExistsError(
+                f"output_dir {output_dir} is not empty; pass --overwrite to replace it or choose another --output_dir"
+            )
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _copy_adapter(adapter_dir: Path, output_dir: Path, base_model: str, override_base: bool) -> None:
+    config = read_adapter_config(adapter_dir)
+    if override_base:
+        config["base_model_name_or_path"] = base_model
+    (output_dir / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if (adapter_dir / ADAPTER_WEIGHTS).is_file():
+        shutil.copy2(adapter_dir / ADAPTER_WEIGHTS, output_dir / ADAPTER_WEIGHTS)
+    else:  # older PEFT pickle weights: convert, so the export is always safetensors
+        import torch
+        from safetensors.torch import save_file
+
+        state = torch.load(adapter_dir / ADAPTER_WEIGHTS_BIN, map_location="cpu", weights_only=True)
+        save_file({k: v.contiguous() for k, v in state.items()}, str(output_dir / ADAPTER_WEIGHTS))
+
+
+def _write_tokenizer(adapter_dir: Path, base_model: str, output_dir: Path) -> str:
+    """Copy the adapter's tokenizer files, else save the base model's tokenizer. Returns where it came from."""
+    files = [adapter_dir / n for n in TOKENIZER_FILES if (adapter_dir / n).is_file()]
+    if any(f.name in ("tokenizer.json", "tokenizer_config.json") for f in files):
+        for f in files:
+            shutil.copy2(f, output_dir / f.name)
+        return str(adapter_dir)
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base_model)
+    except OSError as err:
+        raise FileNotFoundError(
+            f"{adapter_dir} has no tokenizer files and the base model {base_model!r} tokenizer could not be loaded "
+            f"({err}); pass --base_model with a reachable path or Hub id"
+        ) from err
+    tokenizer.save_pretrained(output_dir)
+    return base_model
+
+
+def merge_adapter(
+    adapter_dir: str | os.PathLike, base_model: str, output_dir: str | os.PathLike, *, dtype: str = "auto"
+) -> Path:
+    """Fold the adapter into the base weights and save a plain transformers model (+ tokenizer).
+
+    Args:
+        adapter_dir: the PEFT adapter folder.
+        base_model: base model id or path.
+        output_dir: where to save the merged model.
+        dtype: ``auto`` (the base's dtype) or ``float32`` / ``bfloat16`` / ``float16``.
+
+    Returns:
+        ``output_dir``, loadable with ``AutoModelForCausalLM.from_pretrained``.
+    """
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    adapter_dir, output_dir = Path(adapter_dir), Path(output_dir)
+    try:
+        base = AutoModelForCausalLM.from_pretrained(
+            base_model, dtype="auto" if dtype == "auto" else getattr(torch, dtype)
+        )
+    except OSError as err:
+        raise FileNotFoundError(
+            f"could not load base model {base_model!r} for merging ({err}); pass --base_model with a local path, or "
+            "run where the Hub is reachable (HF_HUB_OFFLINE unset)"
+        ) from err
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(output_dir)
+    _write_tokenizer(adapter_dir, base_model, output_dir)
+    logger.info("Merged %s into %s -> %s", adapter_dir, base_model, output_dir)
+    return output_dir
+
+
+def export_adapter(
+    adapter_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    checkpoint: str | None = None,
+    base_model: str | None = None,
+    merge: bool = False,
+    merge_only: bool = False,
+    merge_dtype: str = "auto",
+    results_path: str | os.PathLike | None = None,
+    dataset_path: str | os.PathLike | None = None,
+    repo_id: str | None = None,
+    license: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a shareable export of a moderator adapter.
+
+    ``output_dir`` gets ``adapter_config.json``, ``adapter_model.safetensors``, the tokenizer files, ``README.md``
+    (the model card), the run's ``train_summary.json`` / resolved config when found, and ``results.json`` when
+    given; with ``merge`` also ``merged/`` (full weights + tokenizer). With ``merge_only`` the merged weights,
+    tokenizer and card go straight into ``output_dir`` and no adapter files are written.
+
+    Args:
+        adapter_dir: adapter folder or training output dir (see :func:`resolve_adapter_dir`).
+        output_dir: export folder (must be empty or missing unless ``overwrite``).
+        checkpoint: which ``checkpoint-*`` to export from a training output dir (``"latest"`` or a step).
+        base_model: override of ``base_model_name_or_path`` (written into the exported adapter config).
+        merge: also write merged full weights to ``output_dir/merged``.
+        merge_only: write only merged weights (implies ``merge``).
+        merge_dtype: dtype of the merged weights.
+        results_path: ``results.json`` from ``metamod eval`` to render in the card.
+        dataset_path: moderator dataset for the card's eta statistics (default: the training config's).
+        repo_id: Hub repo the export is meant for (used in the card's snippets).
+        license: license id for the card metadata.
+        overwrite: replace a non-empty ``output_dir``.
+
+    Returns:
+        ``output_dir``.
+    """
+    from metamod.train.model_card import build_model_card, dataset_statistics, load_results, results_simulated
+
+    merge = merge or merge_only
+    # ---- validate everything before writing anything
+    adapter_dir = resolve_adapter_dir(adapter_dir, checkpoint)
+    adapter_config = read_adapter_config(adapter_dir)
+    base, base_is_local = resolve_base_model(adapter_config, base_model)
+    results = load_results(results_path) if results_path else None
+    train_config, config_path, train_summary, summary_path = find_training_files(adapter_dir)
+    dataset_ref = dataset_path or train_config.get("dataset_path")
+    stats = None
+    if dataset_path:
+        stats = dataset_statistics(dataset_path)  # explicit: a missing folder is an error
+    elif dataset_ref and Path(str(dataset_ref)).exists():
+        stats = dataset_statistics(str(dataset_ref))
+    elif isinstance(train_summary.get("dataset"), dict):
+        stats = train_summary["dataset"]
+    if base_is_local and repo_id:
+        logger.warning(
+            "The base model %s is a local folder: people loading %s from the Hub cannot reach it. Pass "
+            "--base_model <hub id> when the base is on the Hub.", base, repo_id
+        )  # fmt: skip
+    output_dir = Path(output_dir)
+    _prepare_output(output_dir, adapter_dir, overwrite)
+
+    # ---- write
+    if not merge_only:
+        _copy_adapter(adapter_dir, output_dir, base, override_base=base_model is not None)
+        _write_tokenizer(adapter_dir, base, output_dir)
+    for path in (config_path, summary_path):
+        if path is not None:
+            shutil.copy2(path, output_dir / path.name)
+    if results_path:
+        shutil.copy2(results_path, output_dir / "results.json")
+    merged_dir = None
+    if merge:
+        merge_adapter(adapter_dir, base, output_dir if merge_only else output_dir / "merged", dtype=merge_dtype)
+        merged_dir = "." if merge_only else "merged"
+    card = build_model_card(
+        base_model=base,
+        adapter_config=adapter_config,
+        train_config=train_config,
+        train_summary=train_summary,
+        dataset_stats=stats,
+        results=results,
+        results_are_simulated=bool(results_path and results_simulated(results_path)),
+        adapter_ref=repo_id or str(output_dir.resolve()),
+        repo_id=repo_id,
+        merged_dir=merged_dir,
+        merged_only=merge_only,
+        license=license,
+        base_is_local=base_is_local,
+    )
+    card.save(output_dir / "README.md")
+    logger.info("Exported %s -> %s", adapter_dir, output_dir)
+    return output_dir
+
+
+# ---------------------------------------------------------------- Hub upload
+
+
+@dataclass
+class PushResult:
+    """What :func:`push_to_hub` uploaded (or, for a dry run, would upload)."""
+
+    repo_id: str
+    files: list[tuple[str, int]]
+    dry_run: bool
+    private: bool
+    url: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self.files)
+
+    def describe(self) -> str:
+        """Human-readable listing (repo, each file with its size, total)."""
+        verb = "would upload" if self.dry_run else "uploaded"
+        lines = [f"{verb} {len(self.files)} files ({_human(self.total_bytes)}) to {self.repo_id}"
+                 + (" (private)" if self.private else "")]  # fmt: skip
+        lines += [f"  {_human(size):>10}  {name}" for name, size in self.files]
+        if self.url:
+            lines.append(f"commit: {self.url}")
+        return "\n".join(lines)
+
+
+def _human(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def upload_files(folder: str | os.PathLike) -> list[tuple[str, int]]:
+    """Files of ``folder`` an upload sends (relative POSIX paths, sizes), skipping hidden files and folders."""
+    folder = Path(folder)
+    files = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if path.is_file() and not any(part.startswith(".") for part in rel.parts):
+            files.append((rel.as_posix(), path.stat().st_size))
+    return files
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    env = any(
+        os.environ.get(k, "").upper() in {"1", "ON", "YES", "TRUE"} for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+    return env or bool(constants.HF_HUB_OFFLINE)
+
+
+def check_hub_ready() -> str:
+    """Return the Hub token, or raise :class:`HubUploadError` saying how to get one / leave offline mode."""
+    import huggingface_hub
+
+    token = huggingface_hub.get_token()
+    if not token:
+        raise HubUploadError(
+            "no Hugging Face token found: run `hf auth login` (or set HF_TOKEN to a token with write access), "
+            "then rerun; use --dry_run to preview the upload without a token"
+        )
+    if _offline():
+        raise HubUploadError(
+            "Hub offline mode is on (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1; metamod's Makefile and tests set "
+            "it): rerun with HF_HUB_OFFLINE=0 on a machine with network access, or copy the export folder there and "
+            "run `hf upload <repo_id> <folder>`"
+        )
+    return token
+
+
+def push_to_hub(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    private: bool = False,
+    dry_run: bool = False,
+    commit_message: str = "Upload Meta-Moderator adapter (metamod export)",
+) -> PushResult:
+    """Upload an export folder to a Hub model repo (created if missing).
+
+    Args:
+        folder: the export folder (from :func:`export_adapter`).
+        repo_id: ``org/name`` (or ``name`` under your account).
+        private: create the repo as private.
+        dry_run: list the files and sizes that would be uploaded; contact nothing, upload nothing.
+        commit_message: the Hub commit message.
+
+    Returns:
+        A :class:`PushResult` (``url`` is the commit URL after a real upload).
+
+    Raises:
+        HubUploadError: no token, offline mode, no network, or the Hub refused (with what to do).
+        FileNotFoundError: ``folder`` is missing or empty.
+    """
+    folder = Path(folder)
+    if not _REPO_ID.match(repo_id or ""):
+        raise ValueError(f"repo_id {repo_id!r} is not a Hub repo id; expected 'org/name' or 'name'")
+    files = upload_files(folder) if folder.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"nothing to upload: {folder} is missing or empty (run the export first)")
+    result = PushResult(repo_id=repo_id, files=files, dry_run=dry_run, private=private)
+    if dry_run:
+        logger.info("Dry run: %d files for %s, nothing uploaded", len(files), repo_id)
+        return result
+    token = check_hub_ready()
+
+    import httpx
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi(token=token)
+    try:
+        api.create_repo(repo_id, private=private, repo_type="model", exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(folder),
+            repo_type="model",
+            commit_message=commit_message,
+            ignore_patterns=[".*", "*/.*"],
+        )
+    except HfHubHTTPError as err:
+        raise HubUploadError(
+            f"the Hub refused the upload to {repo_id} ({err}); check that your token has write access to that "
+            "namespace (`hf auth whoami`)"
+        ) from err
+    except (httpx.HTTPError, OSError) as err:
+        raise HubUploadError(
+            f"could not reach the Hugging Face Hub ({type(err).__name__}: {err}); check the network (or proxy) and "
+            "rerun, or copy the export folder to a machine with access and run `hf upload <repo_id> <folder>`"
+        ) from err
+    result.url = getattr(commit, "commit_url", None) or str(commit)
+    logger.info("Uploaded %s to %s", folder, repo_id)
+    return result
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``metamod export --adapter DIR --output_dir OUT [--merge] [--results r.json] [--push_to_hub --repo_id ...]``."""
+    from metamod.config import parse_config
+
+    (cfg,) = parse_config([ExportConfig], argv, prog="metamod export")
+    cfg.check_required()
+    try:
+        if cfg.push_to_hub and not cfg.dry_run:
+            check_hub_ready()  # before any (possibly long) merge
+        out = export_adapter(
+            cfg.adapter,
+            cfg.output_dir,
+            checkpoint=cfg.checkpoint,
+            base_model=cfg.base_model,
+            merge=cfg.merge,
+            merge_only=cfg.merge_only,
+            merge_dtype=cfg.merge_dtype,
+            results_path=cfg.results,
+            dataset_path=cfg.dataset_path,
+            repo_id=cfg.repo_id if cfg.push_to_hub else None,
+            license=cfg.license,
+            overwrite=cfg.overwrite,
+        )
+        print(f"exported to {out}")
+        for name, size in upload_files(out):
+            print(f"  {_human(size):>10}  {name}")
+        if cfg.push_to_hub:
+            result = push_to_hub(
+                out, cfg.repo_id, private=cfg.private, dry_run=cfg.dry_run, commit_message=cfg.commit_message
+            )
+            print(result.describe())
+    except (HubUploadError, FileExistsError) as err:
+        print(f"metamod export: error: {err}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,411 @@
+"""The model card (``README.md``) of an exported moderator adapter.
+
+The card is a ``huggingface_hub.ModelCard`` rendered from ``model_card_template.md`` (a Jinja template beside this
+module) with YAML metadata from ``ModelCardData``. Everything variable is computed here from files on disk: the
+adapter's ``adapter_config.json``, the resolved training config and ``train_summary.json`` saved by
+``metamod train``, the moderator dataset (eta statistics) and an optional lm-eval-like ``results.json``.
+
+>>> print(markdown_table(["a", "b"], [[1, "x"]]))
+| a | b |
+|---|---|
+| 1 | x |
+>>> print(results_table({"arith": {"majority": {"acc": 0.5, "acc_stderr": 0.05}}}))
+| Task | Method | acc |
+|---|---|---|
+| arith | majority | 0.5 ± 0.05 |
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")
+BASE_TAGS = ["meta-moderator", "grpo", "lora", "trl", "multi-agent-debate"]
+
+#: reward name (``reward_funcs`` config key) -> what it pays, in the card's words
+REWARD_DESCRIPTIONS: dict[str, str] = {
+    "format": "**format** (R_fmt): 1 for a well-formed decision (`CONTINUE` alone, or `STOP` plus exactly one "
+    "non-empty `<answer>` span and nothing else), 0.5 for `STOP` with no answer span, 0 otherwise (and 0 for "
+    "`CONTINUE` on a forced last-round prompt).",
+    "control": "**control** (R_ctrl): 1 for `STOP` when at least one debater's answer at that round already "
+    "matches the gold answer (eta = 1), 1 for `CONTINUE` when none does (eta = 0), 0 otherwise; not applied on "
+    "the forced last round. Gold is used only for this offline reward, never shown to the moderator.",
+    "answer": "**answer** (optional adjudication reward): 1 when `STOP` carries an answer equivalent to gold under "
+    "the same grader the evaluation uses, 0 for a wrong or missing answer.",
+}
+
+#: (config key, label) pairs shown in the GRPO table, in order; missing keys are skipped
+GRPO_KEYS: list[tuple[str, str]] = [
+    ("learning_rate", "learning rate"),
+    ("lr_scheduler_type", "LR schedule"),
+    ("num_generations", "num_generations (group size)"),
+    ("beta", "beta (KL coefficient)"),
+    ("loss_type", "loss_type"),
+    ("epsilon", "epsilon (clip)"),
+    ("scale_rewards", "scale_rewards"),
+    ("temperature", "sampling temperature"),
+    ("max_completion_length", "max completion length"),
+    ("per_device_train_batch_size", "per-device batch size"),
+    ("gradient_accumulation_steps", "gradient accumulation"),
+    ("max_steps", "max_steps"),
+    ("num_train_epochs", "epochs"),
+    ("seed", "seed"),
+]
+
+#: (adapter_config.json key, label) pairs shown in the LoRA table
+LORA_KEYS: list[tuple[str, str]] = [
+    ("r", "r (rank)"),
+    ("lora_alpha", "alpha"),
+    ("lora_dropout", "dropout"),
+    ("target_modules", "target modules"),
+    ("use_rslora", "rsLoRA"),
+    ("bias", "bias"),
+]
+
+
+def _fmt(value: Any) -> str:
+    """Short, stable text for a table cell."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple, set)):
+        return (
+            ", ".join(str(v) for v in sorted(value, key=str)) if isinstance(value, set) else ", ".join(map(str, value))
+        )
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured markdown table.
+
+    Args:
+        header: column titles.
+        rows: one sequence of cell values per row (formatted with a short stable format).
+
+    Returns:
+        The table text (no trailing newline).
+    """
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- evaluation results
+
+
+def load_results(path: str | os.PathLike) -> dict[str, dict[str, dict[str, Any]]]:
+    """Read an lm-eval-like ``results.json``: ``results[task][method][metric]`` (``*_stderr`` twins optional).
+
+    A file whose top level has a ``"results"`` mapping (the lm-eval layout, with ``"config"`` etc. beside it) is
+    accepted too; only that mapping is returned.
+
+    Args:
+        path: the JSON file.
+
+    Returns:
+        ``{task: {method: {metric: value}}}``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not JSON, or not that shape (the message names the offending entry).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"results file not found: {path} (pass the results.json written by `metamod eval`)")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"results file {path} is not valid JSON: {err}") from err
+    if isinstance(data, dict) and isinstance(data.get("results"), dict):
+        data = data["results"]
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"results file {path} must map task -> method -> metric -> value; got {type(data).__name__}")
+    for task, methods in data.items():
+        if not isinstance(methods, dict):
+            raise ValueError(f"results file {path}: results[{task!r}] must map method -> metrics, got {methods!r}")
+        for method, metrics in methods.items():
+            if not isinstance(metrics, dict):
+                raise ValueError(
+                    f"results file {path}: results[{task!r}][{method!r}] must map metric -> value, got {metrics!r}"
+                )
+    return data
+
+
+def results_simulated(path: str | os.PathLike) -> bool:
+    """Whether a results file says it came from simulated debaters (top-level or ``config`` ``simulated`` flag)."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        return False
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    return bool(data.get("simulated") or config.get("simulated"))
+
+
+def results_table(results: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """One row per (task, method), one column per metric; a ``metric_stderr`` twin is shown as ``± stderr``.
+
+    Args:
+        results: ``{task: {method: {metric: value}}}``.
+
+    Returns:
+        A markdown table (metrics in order of first appearance; ``-`` where a method lacks a metric).
+    """
+    metrics: list[str] = []
+    for methods in results.values():
+        for values in methods.values():
+            for key in values:
+                if not key.endswith("_stderr") and key not in metrics:
+                    metrics.append(key)
+    rows = []
+    for task, methods in results.items():
+        for method, values in methods.items():
+            row: list[Any] = [task, method]
+            for metric in metrics:
+                value = values.get(metric)
+                if value is None:
+                    row.append("-")
+                    continue
+                cell = _fmt(value)
+                stderr = values.get(f"{metric}_stderr")
+                if isinstance(stderr, (int, float)) and not isinstance(stderr, bool) and math.isfinite(stderr):
+                    cell += f" ± {stderr:.2g}"
+                row.append(cell)
+            rows.append(row)
+    return markdown_table(["Task", "Method", *metrics], rows)
+
+
+# ---------------------------------------------------------------- training data
+
+
+def dataset_statistics(dataset_path: str | os.PathLike) -> dict[str, Any]:
+    """Eta statistics of a moderator dataset saved by ``metamod build-dataset``.
+
+    Args:
+        dataset_path: a ``DatasetDict`` (or ``Dataset``) folder saved with ``save_to_disk``.
+
+    Returns:
+        ``{"path", "splits": {split: rows}, "rows", "questions", "eta_rate": float, "eta_rate_per_round":
+        {round: rate}, "rows_per_round": {round: rows}, "coverage": float, "simulated": bool, "tasks": [...]}``.
+        ``coverage`` is the share of questions where some round has eta = 1 (a correct answer appeared).
+
+    Raises:
+        FileNotFoundError: the folder is missing.
+        ValueError: a required column (``eta``, ``round``, ``id``) is missing.
+    """
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    path = Path(dataset_path)
+    if not path.exists():
+        raise FileNotFoundError(f"dataset_path {path} does not exist (pass the folder written by build-dataset)")
+    loaded = load_from_disk(str(path))
+    splits: dict[str, Dataset] = dict(loaded) if isinstance(loaded, DatasetDict) else {"train": loaded}
+    by_round: dict[int, list[int]] = defaultdict(list)
+    covered: dict[str, bool] = {}
+    simulated = False
+    tasks: set[str] = set()
+    for name, split in splits.items():
+        missing = [c for c in ("eta", "round", "id") if c not in split.column_names]
+        if missing:
+            raise ValueError(
+                f"dataset {path} split {name!r} lacks column(s) {missing}; columns are {split.column_names}. "
+                "Pass a dataset written by `metamod build-dataset`."
+            )
+        cols = split.select_columns([c for c in ("eta", "round", "id", "simulated", "task") if c in split.column_names])
+        for row in cols:
+            eta = int(row["eta"])
+            by_round[int(row["round"])].append(eta)
+            qid = f"{name}/{row['id']}"
+            covered[qid] = covered.get(qid, False) or eta == 1
+            simulated = simulated or bool(row.get("simulated", False))
+            if row.get("task"):
+                tasks.add(str(row["task"]))
+    all_eta = [e for values in by_round.values() for e in values]
+    return {
+        "path": str(path),
+        "splits": {name: len(split) for name, split in splits.items()},
+        "rows": len(all_eta),
+        "questions": len(covered),
+        "eta_rate": sum(all_eta) / len(all_eta) if all_eta else float("nan"),
+        "eta_rate_per_round": {r: sum(v) / len(v) for r, v in sorted(by_round.items())},
+        "rows_per_round": {r: len(v) for r, v in sorted(by_round.items())},
+        "coverage": sum(covered.values()) / len(covered) if covered else float("nan"),
+        "simulated": simulated,
+        "tasks": sorted(tasks),
+    }
+
+
+def data_section(stats: Mapping[str, Any] | None, *, dataset_ref: str | None = None) -> str:
+    """The markdown of the card's training-data section (a note when no statistics are known)."""
+    if not stats:
+        where = f" (`{dataset_ref}`, not found on disk)" if dataset_ref else ""
+        return (
+            f"Per-round moderator states from debate traces{where}. No dataset statistics were available at export "
+            "time; pass `--dataset_path` to `metamod export` to include them."
+        )
+    lines = []
+    origin = "**simulated** debaters (metamod's offline world)" if stats.get("simulated") else "LLM debaters"
+    lines.append(
+        f"One row per (question, round) of debates between {origin}: the moderator prompt at that round and "
+        "eta, 1 when some debater's answer at that round matches gold."
+    )
+    lines.append("")
+    facts = []
+    if stats.get("path"):
+        facts.append(("dataset", f"`{stats['path']}`"))
+    if stats.get("tasks"):
+        facts.append(("tasks", ", ".join(stats["tasks"])))
+    if stats.get("splits"):
+        facts.append(("rows per split", ", ".join(f"{k}: {v}" for k, v in stats["splits"].items())))
+    for key, label in (("rows", "rows"), ("questions", "questions"), ("eta_rate", "eta rate (all rows)")):
+        if key in stats:
+            facts.append((label, stats[key]))
+    if "coverage" in stats:
+        facts.append(("coverage (questions with eta = 1 at some round)", stats["coverage"]))
+    facts.append(("simulated", bool(stats.get("simulated"))))
+    lines.append(markdown_table(["statistic", "value"], facts))
+    per_round = stats.get("eta_rate_per_round") or {}
+    if per_round:
+        counts = stats.get("rows_per_round") or {}
+        lines += ["", "Eta rate per round (share of rows where a correct answer is already on the table):", ""]
+        rows = [[r, rate, counts.get(r, counts.get(str(r), "-"))] for r, rate in per_round.items()]
+        lines.append(markdown_table(["round", "eta rate", "rows"], rows))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- settings
+
+
+def reward_section(train_config: Mapping[str, Any]) -> str:
+    """Bullet list of the rewards named by ``reward_funcs`` (default: format + control) with their weights."""
+    names = train_config.get("reward_funcs") or ["format", "control"]
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    weights = train_config.get("reward_weights") or [1.0] * len(names)
+    lines = []
+    for i, name in enumerate(names):
+        weight = weights[i] if i < len(weights) else 1.0
+        text = REWARD_DESCRIPTIONS.get(str(name), f"**{name}**: a custom reward (`{name}`).")
+        lines.append(f"- {text} Weight {_fmt(float(weight))}.")
+    return "\n".join(lines)
+
+
+def settings_table(source: Mapping[str, Any], keys: Sequence[tuple[str, str]]) -> str:
+    """Two-column table of the ``keys`` present in ``source`` (a note when none are)."""
+    rows = [(label, source[key]) for key, label in keys if source.get(key) is not None]
+    if not rows:
+        return "_Not recorded (no resolved training config found beside the adapter)._"
+    return markdown_table(["setting", "value"], rows)
+
+
+def summary_table(summary: Mapping[str, Any]) -> str:
+    """The scalar entries of ``train_summary.json`` as a table ('' when there are none)."""
+    rows = [(k, v) for k, v in summary.items() if isinstance(v, (int, float, str, bool)) and k != "simulated"]
+    return markdown_table(["entry", "value"], rows) if rows else ""
+
+
+def _vllm_rank(r: Any) -> int:
+    """Smallest rank vLLM accepts for ``max_lora_rank`` that fits the adapter's ``r``."""
+    rank = int(r) if isinstance(r, (int, float)) else 16
+    return next((v for v in (8, 16, 32, 64, 128, 256, 320, 512) if v >= rank), rank)
+
+
+# ---------------------------------------------------------------- the card
+
+
+def build_model_card(
+    *,
+    base_model: str,
+    adapter_config: Mapping[str, Any],
+    train_config: Mapping[str, Any] | None = None,
+    train_summary: Mapping[str, Any] | None = None,
+    dataset_stats: Mapping[str, Any] | None = None,
+    results: Mapping[str, Any] | None = None,
+    results_are_simulated: bool = False,
+    adapter_ref: str = ".",
+    repo_id: str | None = None,
+    merged_dir: str | None = None,
+    merged_only: bool = False,
+    license: str | None = None,
+    base_is_local: bool = False,
+):
+    """Render the model card of an exported adapter.
+
+    Args:
+        base_model: the base model id or path the adapter applies to.
+        adapter_config: the adapter's ``adapter_config.json`` (LoRA settings).
+        train_config: the resolved training config (GRPO settings, ``reward_funcs``), ``{}`` when unknown.
+        train_summary: ``train_summary.json`` of the run, ``{}`` when unknown.
+        dataset_stats: :func:`dataset_statistics` output (or the ``dataset`` entry of ``train_summary``).
+        results: ``{task: {method: {metric: value}}}`` to render as the evaluation table.
+        results_are_simulated: label the evaluation results as simulated.
+        adapter_ref: where users load the adapter from in the usage snippets (Hub id or local folder).
+        repo_id: the Hub repo id when the card is meant for the Hub.
+        merged_dir: folder (relative to the card) holding merged full weights, if any.
+        merged_only: the card sits beside merged full weights only (no adapter files): transformers usage.
+        license: license identifier for the metadata (``None`` leaves it out).
+        base_is_local: the base model is a local folder (the card then says how to point it at the Hub).
+
+    Returns:
+        A ``huggingface_hub.ModelCard``; ``card.save(path)`` writes ``README.md``.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    train_config = dict(train_config or {})
+    train_summary = dict(train_summary or {})
+    simulated = bool(
+        (dataset_stats or {}).get("simulated")
+        or train_summary.get("simulated")
+        or train_config.get("simulated")
+        or results_are_simulated
+    )
+    tags = list(BASE_TAGS) + (["merged"] if merged_only else []) + (["simulated"] if simulated else [])
+    card_data = ModelCardData(
+        base_model=base_model,
+        library_name="transformers" if merged_only else "peft",
+        license=license,
+        pipeline_tag="text-generation",
+        tags=tags,
+        model_name=repo_id.split("/")[-1] if repo_id else None,
+    )
+    grpo_source = dict(train_config)
+    for key in ("global_step", "steps"):
+        if key in train_summary and "max_steps" not in grpo_source:
+            grpo_source["max_steps"] = train_summary[key]
+    if results:
+        label = " (simulated debaters)" if results_are_simulated else ""
+        results_section = f"Accuracy and related metrics{label}, `results[task][method]`:\n\n" + results_table(results)
+    else:
+        results_section = "_No evaluation results were attached (pass `--results results.json` to `metamod export`)._"
+    cli = [f"metamod eval --config configs/eval/<your_eval>.yaml --moderator {adapter_ref}"]
+    dataset_ref = train_config.get("dataset_path") or train_config.get("dataset_name")
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(TEMPLATE_PATH),
+        title=f"Meta-Moderator LoRA adapter for {base_model}" + (" (simulated)" if simulated else ""),
+        simulated=simulated,
+        base_model=base_model,
+        base_is_local=base_is_local,
+        peft_type=adapter_config.get("peft_type", "LORA"),
+        task_type=adapter_config.get("task_type"),
+        merged_dir=merged_dir,
+        merged_only=merged_only,
+        data_section=data_section(dataset_stats, dataset_ref=str(dataset_ref) if dataset_ref else None),
+        reward_section=reward_section(train_config),
+        lora_table=settings_table(adapter_config, LORA_KEYS),
+        grpo_table=settings_table(grpo_source, GRPO_KEYS),
+        summary_table=summary_table(train_summary),
+        results_section=results_section,
+        adapter_ref=adapter_ref,
+        repo_id=repo_id,
+        vllm_max_lora_rank=_vllm_rank(adapter_config.get("r")),
+        cli_snippet="\n".join(cli),
+    )
