@@ -126,6 +126,14 @@ def test_mc_wrong_or_unparsable(prediction):
     assert not is_equivalent(prediction, "B", "mc", CHOICES)
 
 
+def test_mc_letter_forms_beat_option_text():
+    roman = ["I only", "II only", "I and II", "neither"]
+    assert is_equivalent("I only", "A", "mc", roman)
+    assert is_equivalent("(C)", "C", "mc", roman)
+    letters_as_text = ["B", "A", "D", "C"]
+    assert is_equivalent("(B)", "B", "mc", letters_as_text)
+
+
 def test_mc_without_choices_uses_letters_only():
     assert is_equivalent("(C)", "C", "mc")
     assert not is_equivalent("the dog", "B", "mc")

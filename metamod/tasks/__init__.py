@@ -79,7 +79,7 @@ def task_options(task_class: type) -> list[str]:
     return sorted(name for name in params if name != "self")
 
 
-def load_task(name: str, **options: Any) -> Task:
+def load_task(name: str, /, **options: Any) -> Task:
     """Build a task by name with checked options.
 
     Args:

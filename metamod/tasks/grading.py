@@ -215,18 +215,18 @@ def _letter(text: str, choices: Sequence[str] | None) -> str | None:
     if not text:
         return None
     num_options = len(choices) if choices else 26
-    if choices:
+    match = re.match(r"^\(([A-Za-z])\)", text) or re.match(r"^([A-Z])(?:[.):\]]|$)", text)
+    if match is None and re.fullmatch(r"[a-z]\.?", text):
+        match = re.match(r"^([a-z])", text)
+    if match is not None:
+        letter = match.group(1).upper()
+        return letter if string.ascii_uppercase.index(letter) < num_options else None
+    if choices:  # the option text itself
         key = _text_key(text)
         for index, choice in enumerate(choices):
             if key and key == _text_key(str(choice)):
                 return string.ascii_uppercase[index]
-    match = re.match(r"^\(([A-Za-z])\)", text) or re.match(r"^([A-Z])(?:[.):\]]|$)", text)
-    if match is None and re.fullmatch(r"[a-z]\.?", text):
-        match = re.match(r"^([a-z])", text)
-    if match is None:
-        return None
-    letter = match.group(1).upper()
-    return letter if string.ascii_uppercase.index(letter) < num_options else None
+    return None
 
 
 def _yes_no(text: str) -> str | None:
