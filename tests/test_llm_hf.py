@@ -52,6 +52,8 @@ def test_n_samples_conversation_major_and_seeded(gen):
     again = gen.chat(CONVS[:2], sampling)
     assert [g.text for g in out] == [g.text for g in again]
     assert len({g.text for g in out}) > 1  # a random model at temperature 1 does not repeat itself
+    greedy = gen.chat(CONVS[:2], SamplingConfig(temperature=0, max_tokens=6, n=2))
+    assert len(greedy) == 4 and greedy[0] == greedy[1] and greedy[2] == greedy[3]
 
 
 def test_stop_strings_cut_text(gen):

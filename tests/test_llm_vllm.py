@@ -28,13 +28,18 @@ def test_missing_vllm_raises_install_hint():
     assert "vllm==0.31.0" in INSTALL_HINT
 
 
+def test_lora_rank_must_be_a_vllm_choice():
+    with pytest.raises(ValueError, match="max_lora_rank"):
+        BackendConfig(backend="vllm", model="x", max_lora_rank=12)
+
+
 @pytest.mark.vllm
 @requires_vllm
 def test_vllm_matches_protocol(tmp_path):
     from metamod.llm.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", hidden_size=64, num_heads=2, num_kv_heads=1)
-    gen = build_generator(BackendConfig(backend="vllm", model=str(model), gpu_memory_utilization=0.3, dtype="float32"))
+    gen = build_generator(BackendConfig(backend="vllm", model=str(model), gpu_memory_utilization=0.3, dtype="bfloat16"))
     convs = [[{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "Agent 1: 5"}]]
     out = gen.chat(convs, SamplingConfig(temperature=1.0, max_tokens=8, n=2, seed=0))
     assert len(out) == 4

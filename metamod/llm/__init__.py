@@ -116,6 +116,11 @@ class BackendConfig:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.max_lora_rank not in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+            raise ValueError(
+                f"max_lora_rank must be one of 1, 8, 16, 32, 64, 128, 256, 320, 512 (vLLM's choices), "
+                f"got {self.max_lora_rank}"
+            )
         if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
             raise ValueError(f"dtype must be one of auto, bfloat16, float16, float32; got {self.dtype!r}")
 

@@ -224,17 +224,20 @@ class HFGenerator:
         config = copy.deepcopy(self.model.generation_config)
         config.max_new_tokens = max_new_tokens
         config.max_length = None
-        config.num_return_sequences = sampling.n
+        # Greedy decoding cannot return several sequences in transformers; its n copies are identical anyway.
+        config.num_return_sequences = 1 if sampling.temperature == 0 else sampling.n
         config.pad_token_id = self.tokenizer.pad_token_id
         if sampling.temperature == 0:
             config.do_sample = False
             config.temperature, config.top_p, config.top_k = None, None, None
             if sampling.n > 1:
-                logger.warning("temperature=0 with n=%d: the %d samples are identical", sampling.n, sampling.n)
+                logger.info("temperature=0 with n=%d: decoding once and repeating the result", sampling.n)
         else:
             config.do_sample = True
             config.temperature = sampling.temperature
             config.top_p = sampling.top_p
+            if config.top_k is None:  # transformers would fill in top_k=50; vLLM and servers apply no top-k
+                config.top_k = 0
         kwargs: dict[str, Any] = {"generation_config": config}
         if sampling.stop and self._stop_strings_ok:
             config.stop_strings = list(sampling.stop)
@@ -301,11 +304,13 @@ class HFGenerator:
                 kwargs = self._generation_kwargs(sampling, max_new)
                 out = self.model.generate(**batch, **kwargs)
         new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()
+        per_prompt = kwargs["generation_config"].num_return_sequences
         grouped: list[list[Generation]] = []
         for i, prompt in enumerate(prompts):
             gens = []
             for j in range(sampling.n):
-                text, n_tokens, reason = self._finish(new_tokens[i * sampling.n + j], sampling.stop, eos_ids)
+                row = new_tokens[i * per_prompt + (j if per_prompt > 1 else 0)]
+                text, n_tokens, reason = self._finish(row, sampling.stop, eos_ids)
                 gens.append(Generation(text, len(prompt), n_tokens, reason))
             grouped.append(gens)
         return grouped

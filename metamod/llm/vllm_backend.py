@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 INSTALL_HINT = "vLLM is not installed: `pip install 'meta-moderator[vllm]'` (vllm==0.31.0, needs a CUDA GPU)"
 
 # Settings SamplingConfig does not control; taken from the model's generation_config (as the hf backend does).
+# vllm 0.31.0 LoRAConfig.max_lora_rank is a Literal of these values.
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _MODEL_DEFAULT_KEYS = ("top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
 
 
@@ -99,6 +101,8 @@ class VLLMGenerator:
         name: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
+        if max_lora_rank not in LORA_RANKS:
+            raise ValueError(f"max_lora_rank must be one of {list(LORA_RANKS)} (vLLM's choices), got {max_lora_rank}")
         require_vllm()
         if looks_local(model) and not Path(model).expanduser().is_dir():
             raise FileNotFoundError(f"model folder {model!r} does not exist; pass an existing folder or a Hub id")
