@@ -1,0 +1,271 @@
+"""Text embeddings for memories: one ``Embedder.embed(texts) -> np.ndarray`` interface, rows L2-normalised.
+
+Two backends, chosen by name from :data:`EMBEDDERS`:
+
+- ``hashing`` (default, offline): scikit-learn ``HashingVectorizer`` features over word n-grams and character
+  n-grams, combined and L2-normalised. It has no fitted state, so a text embeds to the same vector in every
+  process and after every save/load, and new texts never change old vectors.
+- ``sentence-transformers``: a local sentence-transformers model directory. Used only when the package is
+  installed AND a local path is given; it never downloads anything.
+
+>>> emb = HashingEmbedder(n_features=256)
+>>> vecs = emb.embed(["Tom has 3 apples and buys 4 more.", "Tom has 3 apples and buys 5 more.", "Name a colour."])
+>>> vecs.shape, bool(np.allclose(np.linalg.norm(vecs, axis=1), 1.0))
+((3, 256), True)
+>>> [i for i, _ in cosine_top_k(vecs[0], vecs[1:], k=2)]
+[0, 1]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from metamod.registry import resolve
+
+logger = logging.getLogger(__name__)
+
+_ST_INSTALL = "pip install 'meta-moderator[embeddings]'  (or: pip install 'sentence-transformers>=3')"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Maps texts to L2-normalised float32 rows; the same text always gives the same row.
+
+    Attributes:
+        name: the registry name of the backend.
+    """
+
+    name: str
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` into an array of shape ``(len(texts), dim)`` with unit-norm rows (zero rows stay zero)."""
+        ...
+
+    def spec(self) -> dict[str, Any]:
+        """The settings that determine the vectors (saved with a memory so a reload can tell if they changed)."""
+        ...
+
+
+def l2_normalise(matrix: np.ndarray) -> np.ndarray:
+    """Scale each row to unit L2 norm; all-zero rows (e.g. an empty text) stay zero.
+
+    >>> l2_normalise(np.array([[3.0, 4.0], [0.0, 0.0]])).astype(float).round(3).tolist()
+    [[0.6, 0.8], [0.0, 0.0]]
+    """
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+
+
+class HashingEmbedder:
+    """Stateless offline embedder: hashed word n-grams plus hashed character n-grams.
+
+    Args:
+        n_features: output dimension (split evenly between the word and the character features).
+        word_ngram_range: word n-gram sizes, ``(min, max)``.
+        char_ngram_range: character n-gram sizes (within word boundaries), ``(min, max)``.
+        char_weight: weight of the character block relative to the word block (each block is normalised first).
+
+    >>> a, b = HashingEmbedder(n_features=128).embed(["same text", "same text"])
+    >>> bool(np.array_equal(a, b))
+    True
+    """
+
+    name = "hashing"
+
+    def __init__(
+        self,
+        n_features: int = 2048,
+        word_ngram_range: tuple[int, int] = (1, 2),
+        char_ngram_range: tuple[int, int] = (3, 5),
+        char_weight: float = 0.5,
+    ) -> None:
+        if n_features < 16 or n_features % 2:
+            raise ValueError(f"n_features must be an even number >= 16, got {n_features}")
+        for label, (lo, hi) in (("word_ngram_range", word_ngram_range), ("char_ngram_range", char_ngram_range)):
+            if not 1 <= lo <= hi:
+                raise ValueError(f"{label} must be (min, max) with 1 <= min <= max, got {(lo, hi)}")
+        if char_weight < 0:
+            raise ValueError(f"char_weight must be >= 0, got {char_weight}")
+        from sklearn.feature_extraction.text import HashingVectorizer
+
+        self.n_features = int(n_features)
+        self.word_ngram_range = (int(word_ngram_range[0]), int(word_ngram_range[1]))
+        self.char_ngram_range = (int(char_ngram_range[0]), int(char_ngram_range[1]))
+        self.char_weight = float(char_weight)
+        half = self.n_features // 2
+        common = {"n_features": half, "alternate_sign": False, "norm": "l2", "lowercase": True, "dtype": np.float32}
+        self._word = HashingVectorizer(analyzer="word", ngram_range=self.word_ngram_range, **common)
+        self._char = HashingVectorizer(analyzer="char_wb", ngram_range=self.char_ngram_range, **common)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` (see :class:`Embedder`)."""
+        texts = _check_texts(texts)
+        if not texts:
+            return np.zeros((0, self.n_features), dtype=np.float32)
+        words = self._word.transform(texts).toarray()
+        chars = self._char.transform(texts).toarray() * self.char_weight
+        return l2_normalise(np.hstack([words, chars]))
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "n_features": self.n_features,
+            "word_ngram_range": list(self.word_ngram_range),
+            "char_ngram_range": list(self.char_ngram_range),
+            "char_weight": self.char_weight,
+        }
+
+
+def is_sentence_transformers_available() -> bool:
+    """Whether the optional ``sentence-transformers`` package is importable (checked without importing it)."""
+    return importlib.util.find_spec("sentence_transformers") is not None
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model (optional dependency; never downloads).
+
+    Args:
+        model_path: a local directory holding a saved sentence-transformers model.
+        device: torch device for encoding, e.g. ``"cpu"`` or ``"cuda"``.
+        batch_size: texts per forward pass.
+
+    Raises:
+        ImportError: when ``sentence-transformers`` is not installed (the message has the install command).
+        FileNotFoundError: when ``model_path`` is not an existing local directory.
+    """
+
+    name = "sentence-transformers"
+
+    def __init__(self, model_path: str | None = None, device: str = "cpu", batch_size: int = 32) -> None:
+        if not is_sentence_transformers_available():
+            raise ImportError(
+                f"The 'sentence-transformers' embedder needs the sentence-transformers package: {_ST_INSTALL}"
+            )
+        if not model_path:
+            raise ValueError(
+                "The 'sentence-transformers' embedder needs model_path, a local model directory (metamod never "
+                "downloads embedding models); set memory_embedder_model: /path/to/model, or use memory_embedder: hashing"
+            )
+        path = Path(model_path).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"Embedding model directory not found: {path} (give a local sentence-transformers folder)"
+            )
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        from sentence_transformers import SentenceTransformer
+
+        kwargs: dict[str, Any] = {"device": device}
+        if "local_files_only" in inspect.signature(SentenceTransformer.__init__).parameters:
+            kwargs["local_files_only"] = True
+        self.model_path = str(path)
+        self.device = device
+        self.batch_size = int(batch_size)
+        self._model = SentenceTransformer(self.model_path, **kwargs)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts`` (see :class:`Embedder`)."""
+        texts = _check_texts(texts)
+        if not texts:
+            dim = self._model.get_sentence_embedding_dimension() or 0
+            return np.zeros((0, dim), dtype=np.float32)
+        vectors = self._model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False)
+        return l2_normalise(vectors)
+
+    def spec(self) -> dict[str, Any]:
+        return {"name": self.name, "model_path": self.model_path}
+
+
+#: embedder name -> class; resolved with :func:`build_embedder`.
+EMBEDDERS: dict[str, type] = {
+    "hashing": HashingEmbedder,
+    "sentence-transformers": SentenceTransformerEmbedder,
+}
+
+
+def build_embedder(name: str = "hashing", **options: Any) -> Embedder:
+    """Build an embedder by registry name (or dotted path) with its constructor options.
+
+    Args:
+        name: a key of :data:`EMBEDDERS`, or ``package.module:Class``.
+        **options: constructor keyword arguments of that embedder.
+
+    Returns:
+        The embedder instance.
+
+    >>> build_embedder("hashing", n_features=64).embed(["x"]).shape
+    (1, 64)
+    >>> build_embedder("bert")
+    Traceback (most recent call last):
+    ...
+    KeyError: "Unknown embedder 'bert'. Valid names: hashing, sentence-transformers (or a dotted path 'package.module:attr')."
+    """
+    cls = resolve(EMBEDDERS, name, what="embedder")
+    return cls(**options)
+
+
+def cosine_top_k(
+    query: np.ndarray, matrix: np.ndarray, k: int, *, min_score: float | None = None
+) -> list[tuple[int, float]]:
+    """Rows of ``matrix`` most similar to ``query`` (both L2-normalised), best first, ties by lower index.
+
+    Args:
+        query: one vector of shape ``(dim,)``.
+        matrix: candidate rows, shape ``(n, dim)``.
+        k: the most rows to return.
+        min_score: drop rows whose cosine similarity is below this value.
+
+    Returns:
+        ``[(row_index, score), ...]`` with at most ``k`` items.
+
+    >>> m = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    >>> cosine_top_k(np.array([1.0, 0.0]), m, k=2)
+    [(0, 1.0), (2, 0.6)]
+    >>> cosine_top_k(np.array([1.0, 0.0]), m, k=3, min_score=0.5)
+    [(0, 1.0), (2, 0.6)]
+    """
+    matrix = np.asarray(matrix, dtype=np.float32)
+    if len(matrix) == 0:
+        return top_k_scores(np.zeros(0, dtype=np.float32), k, min_score=min_score)
+    query = np.asarray(query, dtype=np.float32).reshape(-1)
+    if matrix.ndim != 2 or query.shape[0] != matrix.shape[1]:
+        raise ValueError(f"query has dimension {query.shape[0]} but the matrix has shape {matrix.shape}")
+    return top_k_scores(matrix @ query, k, min_score=min_score)
+
+
+def top_k_scores(scores: np.ndarray, k: int, *, min_score: float | None = None) -> list[tuple[int, float]]:
+    """Indices of the ``k`` highest scores, best first, ties broken by lower index (deterministic).
+
+    Scores are rounded to 6 decimals first so that float noise never reorders near-ties.
+
+    >>> top_k_scores(np.array([0.2, 0.9, 0.9, -np.inf]), k=3, min_score=0.1)
+    [(1, 0.9), (2, 0.9), (0, 0.2)]
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    scores = np.round(np.asarray(scores, dtype=np.float64), 6)
+    order = np.argsort(-scores, kind="stable")
+    out: list[tuple[int, float]] = []
+    for idx in order[:k]:
+        score = float(scores[idx])
+        if not np.isfinite(score) or (min_score is not None and score < min_score):
+            break
+        out.append((int(idx), score))
+    return out
+
+
+def _check_texts(texts: list[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a list of texts, got a single str; wrap it in a list")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"embed() texts[{i}] must be a str, got {type(text).__name__}")
+    return texts

@@ -1,0 +1,407 @@
+"""The memory plug-in point: protocol, behaviour bank, registry, config (fast tier)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from metamod.llm.base import Generation
+from metamod.memory import (
+    MEMORIES,
+    ROLES,
+    BehaviourBank,
+    Memory,
+    MemoryConfig,
+    NoMemory,
+    build_memory,
+    build_memory_from_config,
+)
+from metamod.memory.distill import RuleDistiller, trace_facts
+from metamod.tasks.base import Example
+
+EMB = {"n_features": 512}
+
+
+def ex(id_: str, question: str, gold: str = "0", kind: str = "math", choices=None) -> Example:
+    return Example(id=id_, question=question, gold=gold, kind=kind, choices=choices)
+
+
+def debate(rounds: list[list[str | None]], etas: list[int]) -> dict:
+    """A minimal debate trace per docs/contracts.md (only the fields memories read, plus a gold to ignore)."""
+    return {
+        "schema_version": 1,
+        "gold": "SECRET-GOLD",
+        "rounds": [
+            {
+                "round": t,
+                "eta": eta,
+                "responses": [{"agent": i, "answer": a, "text": f"... {a}"} for i, a in enumerate(row)],
+            }
+            for t, (row, eta) in enumerate(zip(rounds, etas, strict=True))
+        ],
+        "num_rounds": len(rounds),
+        "stop_reason": "max_rounds",
+    }
+
+
+def outcome(correct: bool, final: str | None, method: str = "debate") -> dict:
+    return {"correct": correct, "final_answer": final, "method": method}
+
+
+AGREE = debate([["7", "7", "7"], ["7", "7", "7"]], [1, 1])  # stop-at-agreement / keep-agreed-answer
+DRIFT = debate([["7", "7", "7"], ["7", "9", "9"], ["9", "9", "9"]], [1, 1, 0])  # stop-before-drift / resist-late-drift
+SINGLE_BAD = {"answer": None, "text": "no tags"}  # answer-format / decision-format / recheck-steps
+
+PENS = "A shop packs 12 pens in each box. Mia buys 3 boxes of pens. How many pens does Mia have?"
+PENS2 = "A shop packs 12 pens in each box. Mia buys 5 boxes of pens. How many pens does Mia have?"
+TRAIN = "A train travels at 60 km per hour for 2 hours. How far does the train go?"
+TRAIN2 = "A train travels at 80 km per hour for 3 hours. How far does the train go?"
+CAPITAL = "Which city is the capital of France?"
+
+
+class NoGoldExample(Example):
+    """An example whose gold cannot be read: any access fails the test."""
+
+    def __getattribute__(self, name):
+        if name == "gold":
+            raise AssertionError("guidance() read example.gold")
+        return super().__getattribute__(name)
+
+
+# ---------------------------------------------------------------- protocol
+@pytest.mark.parametrize("memory", [NoMemory(), BehaviourBank(embedder_options=EMB)], ids=["none", "bank"])
+def test_protocol_conformance(memory, tmp_path):
+    assert isinstance(memory, Memory)
+    e = ex("q1", PENS, gold="36")
+    for role in ROLES:
+        assert isinstance(memory.guidance(e, role), str)
+    memory.observe(e, AGREE, outcome(True, "36"))
+    memory.end_batch()
+    path = memory.save(tmp_path / "sub" / "mem.json")
+    data = json.loads(path.read_text())
+    assert data["memory"] == memory.name and data["format"] == "metamod-memory"
+    memory.load(path)
+    assert not list(path.parent.glob("*.tmp")), "atomic write left a temporary file"
+
+
+def test_no_memory_is_silent():
+    mem = NoMemory()
+    e = ex("q1", PENS)
+    mem.observe(e, AGREE, outcome(True, "36"))
+    mem.end_batch()
+    assert mem.guidance(e, "debater") == ""
+
+
+def test_unknown_role_and_bad_outcome_fail_clearly():
+    bank = BehaviourBank(embedder_options=EMB)
+    e = ex("q1", PENS)
+    with pytest.raises(ValueError, match="Unknown memory role 'critic'"):
+        bank.guidance(e, "critic")
+    with pytest.raises(ValueError, match=r"missing \['method'\]"):
+        bank.observe(e, AGREE, {"correct": True, "final_answer": "7"})
+    with pytest.raises(ValueError, match="must be a bool"):
+        bank.observe(e, AGREE, {"correct": 1, "final_answer": "7", "method": "x"})
+    with pytest.raises(ValueError, match="round 0 needs a non-empty 'responses'"):
+        bank.observe(e, {"rounds": [{"round": 0, "responses": []}]}, outcome(True, "7"))
+
+
+# ---------------------------------------------------------------- gold never reaches guidance
+@pytest.mark.parametrize("name", sorted(MEMORIES))
+def test_guidance_never_reads_gold(name):
+    memory = build_memory(name, **({"embedder_options": EMB} if name == "behaviour_bank" else {}))
+    memory.observe(ex("a", PENS, "36"), AGREE, outcome(True, "36"))
+    memory.observe(ex("b", TRAIN, "120"), DRIFT, outcome(False, "9"))
+    memory.end_batch()
+    probe = NoGoldExample(id="p", question=PENS2, gold="60", kind="math")
+    texts = {role: memory.guidance(probe, role) for role in ROLES}
+    if name == "behaviour_bank":
+        assert texts["moderator"] and texts["debater"]
+    # Same question, different gold: identical guidance.
+    for role in ROLES:
+        assert memory.guidance(ex("p", PENS2, gold="61"), role) == texts[role]
+
+
+def test_stored_state_has_no_gold_text(tmp_path):
+    bank = BehaviourBank(embedder_options=EMB)
+    bank.observe(ex("a", PENS, gold="GOLD-XYZ"), AGREE, outcome(True, "36"))
+    bank.end_batch()
+    bank.observe(ex("b", TRAIN, gold="GOLD-XYZ"), DRIFT, outcome(False, "9"))  # still pending when saved
+    text = bank.save(tmp_path / "m.json").read_text()
+    assert "GOLD-XYZ" not in text and "SECRET-GOLD" not in text
+
+
+# ---------------------------------------------------------------- retrieval
+def test_retrieval_ranks_the_similar_question_first():
+    bank = BehaviourBank(embedder_options=EMB, top_k=3, min_similarity=0.0)
+    bank.observe(ex("pens", PENS), AGREE, outcome(True, "36"))
+    bank.observe(ex("train", TRAIN), DRIFT, outcome(False, "9"))
+    bank.end_batch()
+    first = bank.guidance(ex("t2", TRAIN2), "moderator").splitlines()[1]
+    assert first.startswith("- stop-before-drift:")
+    first = bank.guidance(ex("p2", PENS2), "moderator").splitlines()[1]
+    assert first.startswith("- stop-at-agreement:")
+    # role filtering: debaters get the solver-side behaviour, never the moderator's
+    deb = bank.guidance(ex("p2", PENS2), "debater")
+    assert "keep-agreed-answer" in deb and "stop-at-agreement" not in deb
+
+
+def test_similarity_threshold_and_top_k():
+    bank = BehaviourBank(embedder_options=EMB, top_k=1, min_similarity=0.5)
+    bank.observe(ex("pens", PENS), AGREE, outcome(True, "36"))
+    bank.observe(ex("train", TRAIN), DRIFT, outcome(False, "9"))
+    bank.end_batch()
+    assert bank.guidance(ex("c", CAPITAL, kind="text"), "moderator") == ""
+    assert len(bank.guidance(ex("p2", PENS2), "moderator").splitlines()) == 2  # header + top_k=1 line
+
+
+def test_guidance_uses_memory_guidance_template():
+    from metamod.prompts import get_template
+
+    bank = BehaviourBank(embedder_options=EMB)
+    bank.observe(ex("pens", PENS), AGREE, outcome(True, "36"))
+    bank.end_batch()
+    header = get_template("memory_guidance").split("{guidance}")[0]
+    assert bank.guidance(ex("p2", PENS2), "debater").startswith(header)
+
+
+# ---------------------------------------------------------------- dedup, cap, batches
+def test_near_identical_behaviours_are_merged():
+    bank = BehaviourBank(embedder_options=EMB)
+    bank.observe(ex("a", PENS), AGREE, outcome(True, "7"))
+    bank.observe(ex("b", TRAIN), AGREE, outcome(True, "7"))
+    # consensus in the second round instead of the first: the moderator text differs by one word
+    bank.observe(ex("c", CAPITAL, kind="text"), debate([["7", "8", "7"], ["7", "7", "7"]], [1, 1]), outcome(True, "7"))
+    bank.end_batch()
+    by_name = {e.name: e for e in bank.entries}
+    assert sorted(by_name) == ["argue-with-steps", "back-the-derivation", "keep-agreed-answer", "stop-at-agreement"]
+    assert by_name["stop-at-agreement"].support == 3
+    assert sorted(by_name["stop-at-agreement"].keys) == sorted([PENS, TRAIN, CAPITAL])
+    strict = BehaviourBank(embedder_options=EMB, dedup_threshold=1.0)
+    strict.observe(ex("a", PENS), AGREE, outcome(True, "7"))
+    strict.observe(
+        ex("c", CAPITAL, kind="text"), debate([["7", "8", "7"], ["7", "7", "7"]], [1, 1]), outcome(True, "7")
+    )
+    strict.end_batch()
+    assert [e.name for e in strict.entries].count("stop-at-agreement") == 2
+
+
+def test_keys_per_entry_are_capped():
+    bank = BehaviourBank(embedder_options=EMB, max_keys_per_entry=2)
+    for i in range(4):
+        bank.observe(ex(f"q{i}", f"Question number {i} about pens?"), AGREE, outcome(True, "7"))
+    bank.end_batch()
+    assert all(len(e.keys) == 2 for e in bank.entries)
+    assert bank.entries[0].keys == ["Question number 2 about pens?", "Question number 3 about pens?"]
+
+
+def test_cap_fifo_and_usage():
+    def fill(bank):
+        bank.observe(ex("a", PENS), AGREE, outcome(True, "7"))  # 2 entries (uids 0, 1)
+        bank.end_batch()
+        bank.guidance(ex("p2", PENS2), "moderator")  # uses: stop-at-agreement
+        bank.observe(ex("b", TRAIN), DRIFT, outcome(False, "9"))  # 2 more entries (uids 2, 3)
+        bank.end_batch()
+        return bank
+
+    fifo = fill(BehaviourBank(embedder_options=EMB, max_entries=3, eviction="fifo"))
+    assert [e.uid for e in fifo.entries] == [1, 2, 3]
+    usage = fill(BehaviourBank(embedder_options=EMB, max_entries=3, eviction="usage"))
+    assert [e.name for e in usage.entries][0] == "stop-at-agreement"
+    assert "keep-agreed-answer" not in [e.name for e in usage.entries]
+    assert len(usage.entries) == 3
+
+
+def test_observations_reach_guidance_only_after_end_batch():
+    bank = BehaviourBank(embedder_options=EMB)
+    bank.observe(ex("a", PENS), AGREE, outcome(True, "7"))
+    assert bank.guidance(ex("p2", PENS2), "moderator") == ""
+    bank.end_batch()
+    assert "stop-at-agreement" in bank.guidance(ex("p2", PENS2), "moderator")
+
+
+def test_batch_result_is_independent_of_observation_order():
+    items = [
+        (ex("a", PENS), AGREE, outcome(True, "7")),
+        (ex("b", TRAIN), DRIFT, outcome(False, "9")),
+        (ex("c", CAPITAL, kind="text"), SINGLE_BAD, outcome(False, None, "cot")),
+        (ex("d", PENS2), debate([["1", "2", "3"], ["1", "1", "3"]], [0, 0]), outcome(False, "1")),
+    ]
+    states = []
+    for order in (items, items[::-1], items[1:] + items[:1]):
+        bank = BehaviourBank(embedder_options=EMB, max_entries=5)
+        for item in order:
+            bank.observe(*item)
+        bank.end_batch()
+        states.append(bank.state_dict())
+    assert states[0] == states[1] == states[2]
+
+
+# ---------------------------------------------------------------- persistence and determinism
+def test_save_load_round_trip_including_pending(tmp_path):
+    bank = BehaviourBank(embedder_options=EMB)
+    bank.observe(ex("a", PENS), AGREE, outcome(True, "7"))
+    bank.end_batch()
+    before = bank.guidance(ex("p2", PENS2), "moderator")
+    bank.observe(ex("b", TRAIN), DRIFT, outcome(False, "9"))  # pending at save time
+    path = bank.save(tmp_path / "bank.json")
+
+    other = BehaviourBank(embedder_options=EMB)
+    other.load(path)
+    assert other.state_dict() == bank.state_dict()
+    assert other.guidance(ex("p2", PENS2), "moderator") == before
+    assert [e.uses for e in other.entries] == [e.uses for e in bank.entries], "a repeated request is not recounted"
+    bank.end_batch()
+    other.end_batch()
+    assert other.state_dict() == bank.state_dict()
+
+
+def test_load_errors(tmp_path):
+    path = NoMemory().save(tmp_path / "none.json")
+    with pytest.raises(ValueError, match="holds a 'none' memory"):
+        BehaviourBank(embedder_options=EMB).load(path)
+    with pytest.raises(FileNotFoundError):
+        NoMemory().load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        NoMemory().load(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ValueError, match="not a metamod memory file"):
+        NoMemory().load(tmp_path / "other.json")
+
+
+def test_same_calls_give_identical_files(tmp_path):
+    def run(path):
+        bank = BehaviourBank(embedder_options=EMB)
+        for batch in (
+            [("a", PENS, AGREE, True, "7"), ("b", TRAIN, DRIFT, False, "9")],
+            [("c", PENS2, AGREE, True, "7")],
+        ):
+            for id_, q, trace, ok, final in batch:
+                bank.guidance(ex(id_, q), "debater")
+                bank.observe(ex(id_, q), trace, outcome(ok, final))
+            bank.end_batch()
+        return bank.save(path).read_bytes()
+
+    assert run(tmp_path / "1.json") == run(tmp_path / "2.json")
+
+
+# ---------------------------------------------------------------- distillers
+def test_rule_distiller_patterns():
+    def names(trace, out):
+        return [b[0] for b in RuleDistiller(max_behaviours=8).distil([trace_facts(trace, out)])[0]]
+
+    assert names(DRIFT, outcome(False, "9")) == ["stop-before-drift", "resist-late-drift"]
+    conform = debate([["5", "5", "5"]], [0])
+    assert names(conform, outcome(False, "5")) == ["verify-before-stopping", "verify-independently"]
+    lost = debate([["5", "6", "6"], ["6", "6", "5"]], [1, 1])
+    assert names(lost, outcome(False, "6")) == ["weigh-minority-arguments", "consider-dissent"]
+    nobody = debate([["5", "6", "7"]], [0])
+    assert names(nobody, outcome(False, "6")) == ["slow-down"]
+    split = debate([["4", "5", "5"], ["4", "4", "5"]], [1, 1])
+    got = RuleDistiller(max_behaviours=8).distil([trace_facts(split, outcome(True, "4"))])[0]
+    assert got[0][0] == "back-the-derivation" and "Agent 1 of 3" in got[0][1]
+    assert names(SINGLE_BAD, outcome(False, None, "cot")) == ["answer-format", "decision-format", "recheck-steps"]
+    assert names({"answer": "3"}, outcome(True, "3", "cot")) == ["direct-derivation"]
+
+
+class FakeGenerator:
+    """Writes one behaviour per prompt, naming the first word after 'Question:'; records every call."""
+
+    name = "fake"
+    context_length = None
+
+    def __init__(self):
+        self.calls: list[list] = []
+
+    def chat(self, conversations, sampling):
+        self.calls.append(conversations)
+        out = []
+        for conv in conversations:
+            content = conv[0]["content"]
+            topic = content.split("Question:")[1].split()[1].lower()
+            out.append(Generation(text=f"Sure.\n- {topic}-check: Re-derive 36 from scratch on {topic} questions.\n"))
+        return out
+
+    def count_tokens(self, conversation):
+        return 0
+
+
+def test_llm_distiller_is_batched_gold_free_and_scrubbed():
+    gen = FakeGenerator()
+    bank = BehaviourBank(embedder_options=EMB, distiller="llm", generator=gen)
+    bank.observe(ex("a", PENS, gold="GOLD-123"), debate([["36", "30", "36"]], [1]), outcome(True, "36"))
+    bank.observe(ex("b", TRAIN, gold="GOLD-123"), debate([["36", "36", "36"]], [0]), outcome(False, "36"))
+    assert gen.calls == []
+    bank.end_batch()
+    assert len(gen.calls) == 1 and len(gen.calls[0]) == 2
+    prompts = [conv[0]["content"] for conv in gen.calls[0]]
+    assert all("GOLD-123" not in p and "SECRET-GOLD" not in p for p in prompts)
+    assert "Outcome: the final answer was correct." in prompts[0]
+    entries = {e.name: e for e in bank.entries}
+    assert sorted(entries) == ["shop-check", "train-check"]
+    assert entries["shop-check"].instruction == "Re-derive [answer] from scratch on shop questions."
+    assert entries["shop-check"].roles == [] and entries["shop-check"].source == "llm"
+    assert "train-check" in bank.guidance(ex("t2", TRAIN2), "single")
+
+
+def test_llm_distiller_needs_a_generator():
+    with pytest.raises(ValueError, match="needs a generator"):
+        BehaviourBank(distiller="llm")
+
+
+# ---------------------------------------------------------------- registry and config
+def test_registry_errors():
+    with pytest.raises(KeyError, match="Valid names: behaviour_bank, none"):
+        build_memory("mc2")
+    with pytest.raises(TypeError, match="Unknown option"):
+        build_memory("none", top_k=3)
+    with pytest.raises(ValueError, match="eviction must be one of"):
+        build_memory("behaviour_bank", eviction="lru")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"memory": "mc2"}, "not a known memory"),
+        ({"memory_top_k": 0}, "memory_top_k must be >= 1"),
+        ({"memory_eviction": "lru"}, "memory_eviction='lru'"),
+        ({"memory_distiller": "gpt"}, "memory_distiller='gpt'"),
+        ({"memory_embedder": "bert"}, "memory_embedder='bert'"),
+        ({"memory_embedder": "sentence-transformers"}, "needs memory_embedder_model"),
+        ({"memory_dedup_threshold": 0.0}, "memory_dedup_threshold"),
+        ({"memory_batch_size": 0}, "memory_batch_size"),
+    ],
+)
+def test_memory_config_checks(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MemoryConfig(**kwargs)
+
+
+def test_memory_config_fields_have_help():
+    import dataclasses
+
+    for f in dataclasses.fields(MemoryConfig):
+        assert f.metadata.get("help"), f"MemoryConfig.{f.name} has no help"
+
+
+def test_build_from_config_resumes(tmp_path):
+    path = tmp_path / "bank.json"
+    cfg = MemoryConfig(memory="behaviour_bank", memory_path=str(path), memory_top_k=2)
+    bank = build_memory_from_config(cfg)
+    assert isinstance(bank, BehaviourBank) and bank.top_k == 2 and not bank.entries
+    bank.observe(ex("a", PENS), AGREE, outcome(True, "7"))
+    bank.end_batch()
+    bank.save(path)
+    resumed = build_memory_from_config(cfg)
+    assert resumed.state_dict() == bank.state_dict()
+    assert isinstance(build_memory_from_config(MemoryConfig()), NoMemory)
+
+
+def test_parse_config_reads_memory_keys(tmp_path):
+    from metamod.config import ConfigError, parse_config
+
+    (cfg,) = parse_config([MemoryConfig], ["--memory", "behaviour_bank", "--memory_top_k", "5"])
+    assert cfg.memory == "behaviour_bank" and cfg.memory_top_k == 5
+    with pytest.raises(ConfigError, match="memory_top_k"):
+        parse_config([MemoryConfig], ["--memory_topk", "5"])
