@@ -49,8 +49,12 @@ def run_dir(tmp_path_factory):
         "learning_rate": 5e-5, "num_generations": 4, "beta": 0.04, "loss_type": "dapo", "max_steps": 7,
         "reward_funcs": ["format", "control"], "reward_weights": [1.0, 2.0], "dataset_path": str(data),
     }  # fmt: skip
-    (run / "resolved_config.yaml").write_text(yaml.safe_dump(config))
-    (run / "train_summary.json").write_text(json.dumps({"global_step": 7, "train_loss": 0.1, "simulated": True}))
+    (run / "metamod_train_config.yaml").write_text(yaml.safe_dump(config))
+    summary = {  # the shape metamod.train.grpo writes
+        "global_step": 7, "simulated": True, "dataset": str(data), "reward_change": 0.5,
+        "first_logged": {"step": 1, "reward": 0.75}, "last_logged": {"step": 7, "reward": 1.25},
+    }  # fmt: skip
+    (run / "train_summary.json").write_text(json.dumps(summary))
     return {"root": root, "base": base_dir, "run": run, "data": data}
 
 
@@ -75,8 +79,8 @@ def results_file(tmp_path):
     path = tmp_path / "results.json"
     results = {
         "arith": {
-            "meta_moderator": {"accuracy": 0.81, "accuracy_stderr": 0.02, "avg_rounds": 1.7},
-            "majority_vote": {"accuracy": 0.74, "accuracy_stderr": 0.03, "avg_rounds": 5.0},
+            "meta_moderator": {"accuracy": 0.81, "accuracy_stderr": 0.02, "mean_rounds": 1.7, "accuracy_ci_low": 0.7},
+            "majority_vote": {"accuracy": 0.74, "accuracy_stderr": 0.03, "mean_rounds": 5.0, "accuracy_ci_low": 0.6},
         }
     }
     path.write_text(json.dumps({"results": results, "config": {"simulated": True}}))
@@ -87,7 +91,7 @@ def test_export_is_complete_and_loads_back_with_same_logits(run_dir, tmp_path):
     out = export_adapter(run_dir["run"], tmp_path / "out")
     names = {p.name for p in out.iterdir()}
     assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "tokenizer.json"} <= names
-    assert {"train_summary.json", "resolved_config.yaml"} <= names
+    assert {"train_summary.json", "metamod_train_config.yaml"} <= names
     original = _peft_logits(run_dir["base"], run_dir["run"])
     exported = _peft_logits(run_dir["base"], out)
     assert torch.equal(original, exported)
@@ -117,7 +121,8 @@ def test_model_card_contents(run_dir, tmp_path, results_file):
     assert "| rows | 6 |" in text and "| questions | 3 |" in text and "| 0.6667 |" in text
     assert "| 1 | 0.6667 | 3 |" in text  # round 1: eta rate 2/3 over 3 rows
     assert "**simulated**" in text
-    assert "| Task | Method | accuracy | avg_rounds |" in text
+    assert "| steps trained | 7 |" in text and "| last_logged | step=7, reward=1.25 |" in text
+    assert "| Task | Method | accuracy | mean_rounds |" in text  # the headline metrics only
     assert "| arith | meta_moderator | 0.81 ± 0.02 | 1.7 |" in text
     assert "(simulated debaters)" in text
     assert 'LoRARequest("moderator", 1, adapter_path)' in text and "enable_lora=True" in text

@@ -37,7 +37,13 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_WEIGHTS_BIN = "adapter_model.bin"
 TRAIN_SUMMARY = "train_summary.json"
 #: resolved-config file names looked for beside an adapter (then in its parent, for checkpoint-* folders)
-CONFIG_NAMES = ("resolved_config.yaml", "config.yaml", "train_config.yaml", "training_config.yaml")
+CONFIG_NAMES = (
+    "metamod_train_config.yaml",
+    "resolved_config.yaml",
+    "config.yaml",
+    "train_config.yaml",
+    "training_config.yaml",
+)
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -420,11 +426,11 @@ def export_adapter(
     base, base_is_local = resolve_base_model(adapter_config, base_model)
     results = load_results(results_path) if results_path else None
     train_config, config_path, train_summary, summary_path = find_training_files(adapter_dir)
-    dataset_ref = dataset_path or train_config.get("dataset_path")
+    dataset_ref = dataset_path or train_config.get("dataset_path") or train_summary.get("dataset")
     stats = None
     if dataset_path:
         stats = dataset_statistics(dataset_path)  # explicit: a missing folder is an error
-    elif dataset_ref and Path(str(dataset_ref)).exists():
+    elif isinstance(dataset_ref, str) and Path(dataset_ref).exists():
         stats = dataset_statistics(str(dataset_ref))
     elif isinstance(train_summary.get("dataset"), dict):
         stats = train_summary["dataset"]

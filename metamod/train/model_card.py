@@ -58,8 +58,21 @@ GRPO_KEYS: list[tuple[str, str]] = [
     ("gradient_accumulation_steps", "gradient accumulation"),
     ("max_steps", "max_steps"),
     ("num_train_epochs", "epochs"),
+    ("global_step", "steps trained"),
+    ("warm_start", "SFT warm start"),
+    ("use_vllm", "vLLM generation"),
     ("seed", "seed"),
 ]
+
+#: metrics shown in the evaluation table when present (``metamod eval`` writes many more); others are skipped
+RESULT_METRICS = (
+    "accuracy",
+    "mean_rounds",
+    "coverage",
+    "mis_aggregation",
+    "format_valid_rate",
+    "tokens_per_question",
+)
 
 #: (adapter_config.json key, label) pairs shown in the LoRA table
 LORA_KEYS: list[tuple[str, str]] = [
@@ -147,24 +160,29 @@ def results_simulated(path: str | os.PathLike) -> bool:
     if not isinstance(data, dict):
         return False
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
-    return bool(data.get("simulated") or config.get("simulated"))
+    return bool(data.get("simulated") or config.get("simulated") or config.get("debaters") == "simulated")
 
 
-def results_table(results: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+def results_table(results: Mapping[str, Mapping[str, Mapping[str, Any]]], metrics: Sequence[str] | None = None) -> str:
     """One row per (task, method), one column per metric; a ``metric_stderr`` twin is shown as ``± stderr``.
 
     Args:
         results: ``{task: {method: {metric: value}}}``.
+        metrics: columns to show. Default: those of :data:`RESULT_METRICS` present in ``results``, or, when none
+            is, every scalar metric in order of first appearance.
 
     Returns:
-        A markdown table (metrics in order of first appearance; ``-`` where a method lacks a metric).
+        A markdown table (``-`` where a method lacks a metric).
     """
-    metrics: list[str] = []
+    present: list[str] = []
     for methods in results.values():
         for values in methods.values():
-            for key in values:
-                if not key.endswith("_stderr") and key not in metrics:
-                    metrics.append(key)
+            for key, value in values.items():
+                scalar = isinstance(value, (int, float, str, bool)) or value is None
+                if scalar and not key.endswith("_stderr") and key not in present:
+                    present.append(key)
+    if metrics is None:
+        metrics = [m for m in RESULT_METRICS if m in present] or present
     rows = []
     for task, methods in results.items():
         for method, values in methods.items():
@@ -307,8 +325,15 @@ def settings_table(source: Mapping[str, Any], keys: Sequence[tuple[str, str]]) -
 
 
 def summary_table(summary: Mapping[str, Any]) -> str:
-    """The scalar entries of ``train_summary.json`` as a table ('' when there are none)."""
-    rows = [(k, v) for k, v in summary.items() if isinstance(v, (int, float, str, bool)) and k != "simulated"]
+    """The entries of ``train_summary.json`` as a table ('' when there are none); flat dicts become ``k=v`` lists."""
+    rows = []
+    for key, value in summary.items():
+        if key == "simulated":
+            continue
+        if isinstance(value, dict) and all(not isinstance(v, (dict, list)) for v in value.values()):
+            value = ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
+        if isinstance(value, (int, float, str, bool)):
+            rows.append((key, value))
     return markdown_table(["entry", "value"], rows) if rows else ""
 
 
@@ -377,9 +402,8 @@ def build_model_card(
         model_name=repo_id.split("/")[-1] if repo_id else None,
     )
     grpo_source = dict(train_config)
-    for key in ("global_step", "steps"):
-        if key in train_summary and "max_steps" not in grpo_source:
-            grpo_source["max_steps"] = train_summary[key]
+    if "global_step" in train_summary:
+        grpo_source["global_step"] = train_summary["global_step"]
     if results:
         label = " (simulated debaters)" if results_are_simulated else ""
         results_section = f"Accuracy and related metrics{label}, `results[task][method]`:\n\n" + results_table(results)
