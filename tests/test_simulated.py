@@ -1,0 +1,97 @@
+"""Simulated debaters: determinism, independence from batching/sharding, and the shape of the dynamics."""
+
+import collections
+
+import pytest
+
+from metamod.rollout.debate import DebateStats, run_debates
+from metamod.rollout.debaters import DebateRequest
+from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig, wrong_answers
+from metamod.tasks import load_task
+from metamod.tasks.base import Example
+from metamod.tasks.grading import extract_answer, is_equivalent
+
+
+def _examples(n=60, seed=0):
+    return list(load_task("arith", num_examples=n, seed=seed).examples())
+
+
+def _run(examples, batch_questions=256, config=None, max_rounds=5):
+    sim = SimulatedDebaters(config or SimulationConfig())
+    return list(run_debates(examples, [sim, sim], max_rounds=max_rounds, batch_questions=batch_questions,
+                            progress=False))
+
+
+def test_same_seed_same_traces_and_batching_does_not_matter():
+    examples = _examples(40)
+    a = _run(examples, batch_questions=256)
+    b = _run(examples, batch_questions=7)
+    assert a == b
+    c = _run(examples, config=SimulationConfig(sim_seed=1))
+    assert [t["rounds"] for t in a] != [t["rounds"] for t in c]
+
+
+def test_subset_gives_the_same_debates_as_the_full_run():
+    examples = _examples(30)
+    full = {t["id"]: t["rounds"] for t in _run(examples)}
+    subset = _run(examples[1::3])
+    assert all(full[t["id"]] == t["rounds"] for t in subset)
+
+
+def test_text_is_realistic_and_parsable():
+    traces = _run(_examples(30), max_rounds=2)
+    trace = traces[0]
+    assert trace["simulated"] is True and trace["agents"][0]["backend"] == "sim"
+    r0 = trace["rounds"][0]["responses"][0]
+    if r0["answer"] is not None:
+        assert r0["text"].rstrip().endswith(f"<answer>{r0['answer']}</answer>")
+    # a right answer shows the task's worked steps; a wrong one does not end with the right final step
+    for t in traces:
+        for r in t["rounds"][0]["responses"]:
+            if r["answer"] is None:
+                continue
+            right = is_equivalent(r["answer"], t["gold"], "math")
+            assert (t["meta"]["steps"][-1] in r["text"]) == right, r["text"]
+    r1 = trace["rounds"][1]["responses"][0]["text"]
+    assert "Agent 1" in r1  # debate rounds refer to the peer
+
+
+def test_garbled_responses_have_no_answer():
+    sim = SimulatedDebaters(SimulationConfig(garble_prob=1.0))
+    ex = _examples(1)[0]
+    out = sim.respond([DebateRequest(example=ex, agent=0, round=0)])
+    assert extract_answer(out[0].text) is None
+
+
+def test_wrong_answers_fallbacks():
+    assert wrong_answers(Example(id="a", question="?", gold="12", kind="math")) == ["13", "11", "22", "14"]
+    ex = _examples(1)[0]
+    assert wrong_answers(ex) == ex.meta["distractors"]
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="agent_accuracy\\[1\\] must be in \\(0, 1\\), got 1.5"):
+        SimulationConfig(agent_accuracy=[0.5, 1.5])
+    with pytest.raises(ValueError, match="conformity"):
+        SimulationConfig(conformity=2.0)
+
+
+def test_dynamics_have_the_paper_shape():
+    """Calibration guard (400 questions): the moderator's problem must stay non-trivial."""
+    stats = DebateStats()
+    sim = SimulatedDebaters()
+    traces = list(run_debates(_examples(400), [sim, sim], max_rounds=5, stats=stats, progress=False))
+    summary = stats.summary()
+    acc = summary["agent_accuracy_by_round"]
+    eta = summary["eta_rate_by_round"]
+    assert 0.65 <= acc[0] <= 0.85, acc  # single-agent round-0 accuracy
+    assert 0.78 <= eta[0] <= 0.92, eta  # coverage at round 0
+    assert acc[-1] < max(acc), acc  # over-deliberation: the last round is not the best
+    lost = sum(1 for t in traces if t["rounds"][0]["eta"] == 1 and t["rounds"][-1]["eta"] == 0)
+    assert lost > 0  # the correct answer is sometimes present early and lost later
+    wrong_consensus = collections.Counter()
+    for t in traces:
+        answers = [r["answer"] for r in t["rounds"][-1]["responses"]]
+        if answers[0] is not None and len(set(answers)) == 1:
+            wrong_consensus[is_equivalent(answers[0], t["gold"], "math")] += 1
+    assert wrong_consensus[True] > 3 * wrong_consensus[False] > 0  # consensus is usually, not always, right
