@@ -65,6 +65,13 @@ def test_ensure_builds_only_when_needed(tmp_path, caplog):
     assert "Rebuilding" in caplog.text and "arch" in caplog.text
     assert json.loads((out / BUILD_ARGS_FILE).read_text())["arch"] == "llama"
     assert json.loads((out / "config.json").read_text())["model_type"] == "llama"
+    caplog.clear()
+    with caplog.at_level("INFO", logger="metamod.llm.tiny"):
+        ensure_tiny_model(out, seed=3, arch="llama", extra_texts=["a new task's questions"], **SMALL)
+    assert "corpus_sha256" in caplog.text  # new tokenizer text (or an edited template) rebuilds
+    kwargs = TinyModelConfig(tiny_hidden_size=32, tiny_num_layers=1).to_kwargs()
+    assert ensure_tiny_model(out, **kwargs) == out
+    assert json.loads((out / BUILD_ARGS_FILE).read_text())["num_layers"] == 1
     with pytest.raises(TypeError, match="unknown argument"):
         ensure_tiny_model(out, hidden=3)
 

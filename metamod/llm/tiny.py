@@ -144,7 +144,10 @@ def _render_all_templates(rng: random.Random, question: str, responses: list[str
     out = []
     for name in sorted(templates()):
         values = {f: samples.get(f, "a short note about the problem") for f in template_fields(name)}
-        out.append(render(name, **values))
+        try:
+            out.append(render(name, **values))
+        except (KeyError, ValueError, IndexError, AttributeError):  # e.g. a numeric format spec: use the raw text
+            out.append(templates()[name])
     return out
 
 
