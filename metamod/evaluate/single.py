@@ -17,15 +17,18 @@ so each baseline is defined by which simulated turn it replays:
 
 * ``single_naive`` and ``single_cot``: agent 0's round-0 response (the two coincide there by construction);
 * ``single_reflection``: agent 0 at round 1 after seeing only its own round-0 response (no peers);
-* ``single_cot_sc``: ``k`` independent round-0 responses of agent 0, sample ``j`` drawn with seed ``seed + j``,
-  then a majority vote (seeded tie rule of :mod:`metamod.evaluate.voting`).
+* ``single_cot_sc``: ``k`` independent round-0 responses of agent 0's simulated model: sample ``j`` is the
+  round-0 turn of agent index ``j * P`` (``P`` = period of the per-agent parameter lists, so the same accuracy and
+  the same per-question difficulty, but a different random stream: the simulation seeds each turn by
+  ``(sim_seed, question id, agent, round)``), then a majority vote (seeded tie rule of
+  :mod:`metamod.evaluate.voting`).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -105,10 +108,10 @@ class SingleAgentMethod:
         return list(group.respond(requests)) if requests else []
 
     @staticmethod
-    def _request(example: Example, round_index: int = 0, own_previous: str | None = None) -> Any:
+    def _request(example: Example, round_index: int = 0, own_previous: str | None = None, agent: int = 0) -> Any:
         from metamod.rollout.debaters import DebateRequest
 
-        return DebateRequest(example=example, agent=0, round=round_index, own_previous=own_previous)
+        return DebateRequest(example=example, agent=agent, round=round_index, own_previous=own_previous)
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:
         """Answer every example (one batched call per step).
@@ -181,7 +184,8 @@ class SingleCoTSC(SingleAgentMethod):
             generations = self._chat(conversations, n=k)
             per_example = [generations[i * k:(i + 1) * k] for i in range(len(examples))]
         else:
-            columns = [self._sim([self._request(ex) for ex in examples], self._reseeded(j)) for j in range(k)]
+            stride = self._agent_stride()
+            columns = [self._sim([self._request(ex, agent=j * stride) for ex in examples]) for j in range(k)]
             per_example = [[column[i] for column in columns] for i in range(len(examples))]
         for ex, o, gens in zip(examples, outcomes, per_example, strict=True):
             for g in gens:
@@ -190,20 +194,16 @@ class SingleCoTSC(SingleAgentMethod):
                                        question_id=ex.id)
         return outcomes
 
-    def _reseeded(self, offset: int) -> Any:
-        """A copy of the simulated group whose seed is shifted by ``offset`` (sample ``j`` uses ``seed + j``)."""
-        group = self.context.simulated_agent
-        if offset == 0:
-            return group
-        clone = copy.copy(group)
-        config = getattr(group, "config", None)
-        if config is not None and hasattr(config, "sim_seed"):
-            clone.config = dataclasses.replace(config, sim_seed=config.sim_seed + offset)
-        elif hasattr(group, "seed"):
-            clone.seed = group.seed + offset
-        else:
-            raise TypeError(f"cannot reseed simulated debaters {type(group).__name__}: no `seed` or `config.sim_seed`")
-        return clone
+    def _agent_stride(self) -> int:
+        """Agent-index step that keeps agent 0's parameters: sample ``j`` is agent ``j * stride`` at round 0.
+
+        The simulated debaters seed each turn by ``(sim_seed, question id, agent, round)`` and cycle their per-agent
+        parameters (accuracy, stubbornness) by agent index, so agents ``0, stride, 2 * stride, ...`` are independent
+        draws of the same simulated model on the same question (its shared difficulty included).
+        """
+        config = getattr(self.context.simulated_agent, "config", None)
+        lengths = [len(getattr(config, name, None) or [1]) for name in ("agent_accuracy", "stubbornness")]
+        return math.lcm(*lengths)
 
 
 #: single-agent baselines, merged into :data:`metamod.evaluate.decision.DECISION_LAYERS`

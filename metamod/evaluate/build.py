@@ -1,0 +1,168 @@
+"""Turn an :class:`EvalConfig` into generators, debaters and a :class:`LayerContext` (resolution before loading).
+
+:func:`resolve_models` only inspects paths (it fails on a moderator path that is neither an adapter nor a model,
+or on a method whose model cannot be determined) so that bad input is caught before any model loads or any
+question is generated; :func:`build_generators` then loads each distinct (backend, model, adapter) once.
+
+>>> from metamod.evaluate.config import EvalConfig
+>>> resolve_models(EvalConfig(methods=["majority_vote"]))
+{}
+>>> resolve_models(EvalConfig(methods=["moderator"]))
+Traceback (most recent call last):
+...
+ValueError: method(s) ['moderator'] need a trained moderator: set `moderator` to an adapter folder or a model (e.g. --moderator checkpoints/tiny)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from metamod.llm import BackendConfig, SamplingConfig
+
+from .config import EvalConfig, adapter_base, classify_model_path
+from .decision import LayerContext
+
+logger = logging.getLogger(__name__)
+
+def _backend(backend: str, model: str, adapter: str | None, options: dict[str, Any]) -> BackendConfig:
+    try:
+        return BackendConfig(backend=backend, model=model, adapter=adapter, **options)
+    except TypeError as err:
+        valid = ", ".join(f.name for f in dataclasses.fields(BackendConfig))
+        raise ValueError(f"bad backend options {sorted(options)} for {model!r}: {err}. Valid: {valid}") from err
+
+
+def _check_model(path: str, what: str) -> None:
+    from metamod.llm.hf import looks_local
+
+    if looks_local(path) and not Path(path).expanduser().is_dir():
+        raise FileNotFoundError(f"{what} {path!r} does not exist (expected a model folder or a Hub id)")
+
+
+def resolve_models(config: EvalConfig) -> dict[str, BackendConfig]:
+    """Which model serves each role the chosen methods need (no loading).
+
+    Args:
+        config: the evaluation config.
+
+    Returns:
+        ``{role: BackendConfig}`` for the roles in ``config.needs()`` (``moderator``, ``moderator_base``,
+        ``judge``, ``agent``); ``agent`` (the debater model) also whenever LLM debates must be run.
+
+    Raises:
+        ValueError / FileNotFoundError: a missing or malformed model path.
+    """
+    needs = config.needs()
+    specs: dict[str, BackendConfig] = {}
+    llm_debaters = config.debaters != "simulated"
+    mod_kind = classify_model_path(config.moderator) if config.moderator else None
+    base = config.moderator_base
+    if base is None and mod_kind == "adapter":
+        base = adapter_base(config.moderator)
+    if base is None and llm_debaters:
+        base = config.debater_model
+    if "moderator" in needs:
+        methods = [m for m in config.methods if m in ("moderator", "adjudication_only", "stopping_only")]
+        if not config.moderator:
+            raise ValueError(f"method(s) {methods} need a trained moderator: set `moderator` to an adapter folder or "
+                             "a model (e.g. --moderator checkpoints/tiny)")
+        if mod_kind == "adapter":
+            if not base:
+                raise ValueError(f"adapter {config.moderator!r} records no base model; set moderator_base")
+            _check_model(base, "moderator_base")
+            specs["moderator"] = _backend(config.moderator_backend, base, config.moderator,
+                                          config.moderator_backend_options)
+        else:
+            specs["moderator"] = _backend(config.moderator_backend, config.moderator, None,
+                                          config.moderator_backend_options)
+    if "moderator_base" in needs:
+        if not base:
+            raise ValueError("method moderator_prompted needs the untrained moderator model: set moderator_base "
+                             "(or moderator to an adapter that records its base model)")
+        _check_model(base, "moderator_base")
+        specs["moderator_base"] = _backend(config.moderator_backend, base, None, config.moderator_backend_options)
+    if "judge" in needs:
+        judge = config.judge_model or base
+        if not judge:
+            raise ValueError("method judge needs a model: set judge_model (or moderator_base)")
+        _check_model(judge, "judge_model")
+        options = config.moderator_backend_options if config.judge_backend == config.moderator_backend else {}
+        specs["judge"] = _backend(config.judge_backend, judge, None, options)
+    if "agent" in needs or (llm_debaters and config.traces is None):  # debaters to run, or single baselines
+        _check_model(config.debater_model, "debater_model")
+        specs["agent"] = _backend(config.debaters, config.debater_model, None, config.debater_backend_options)
+    return specs
+
+
+def build_generators(specs: dict[str, BackendConfig]) -> dict[str, Any]:
+    """Load one generator per distinct (backend, model, adapter); roles that share one share the object."""
+    from metamod.llm import build_generator
+
+    cache: dict[tuple, Any] = {}
+    out = {}
+    for role, spec in specs.items():
+        key = (spec.backend, spec.model, spec.adapter)
+        if key not in cache:
+            logger.info("loading %s for %s", spec.model + (f" + {spec.adapter}" if spec.adapter else ""), role)
+            cache[key] = build_generator(spec)
+        out[role] = cache[key]
+    return out
+
+
+def debater_sampling(config: EvalConfig, seed: int) -> SamplingConfig:
+    return SamplingConfig(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, seed=seed)
+
+
+def build_debaters(config: EvalConfig, seed: int, *, agent: Any = None, memory: Any = None) -> list[Any]:
+    """One debater group per agent (the same object N times, so each round is one batched call).
+
+    Args:
+        config: the evaluation config.
+        seed: the evaluation seed (simulated: ``sim_seed = simulation.sim_seed + seed``; LLM: the sampling seed).
+        agent: the debater generator (LLM debaters).
+        memory: passed to LLM debaters (simulated debaters have no prompts to guide).
+
+    Returns:
+        ``[group] * num_agents``.
+    """
+    if config.debaters == "simulated":
+        from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig
+
+        options = dict(config.simulation)
+        options["sim_seed"] = int(options.get("sim_seed", 0)) + seed
+        try:
+            group = SimulatedDebaters(SimulationConfig(**options))
+        except TypeError as err:
+            raise ValueError(f"simulation: {err}") from err
+    else:
+        from metamod.rollout.debaters import LLMDebaters
+
+        if agent is None:
+            raise ValueError(f"debaters={config.debaters!r} needs a loaded debater generator")
+        group = LLMDebaters(agent, debater_sampling(config, seed), backend=config.debaters, memory=memory)
+    return [group] * config.num_agents
+
+
+def layer_context(config: EvalConfig, seed: int, generators: dict[str, Any], debaters: list[Any] | None,
+                  memory: Any = None) -> LayerContext:
+    """The :class:`LayerContext` shared by every method for one seed."""
+    simulated = config.debaters == "simulated"
+    return LayerContext(
+        max_rounds=config.max_rounds,
+        seed=seed,
+        moderator=generators.get("moderator"),
+        moderator_base=generators.get("moderator_base"),
+        judge=generators.get("judge"),
+        moderator_sampling=SamplingConfig(temperature=config.moderator_temperature,
+                                          max_tokens=config.moderator_max_tokens, seed=seed),
+        judge_sampling=SamplingConfig(temperature=0.0, max_tokens=config.judge_max_tokens, seed=seed),
+        fixed_rounds=config.fixed_rounds,
+        agent=None if simulated else generators.get("agent"),
+        agent_sampling=debater_sampling(config, seed),
+        simulated_agent=debaters[0] if simulated and debaters else None,
+        sc_samples=config.sc_samples,
+        memory=memory,
+    )

@@ -1,0 +1,216 @@
+"""``EvalConfig`` (the ``metamod eval`` options) and the checks that run before any generation.
+
+Memory options are :class:`metamod.memory.MemoryConfig` fields (``memory``, ``memory_batch_size``, ...), parsed
+alongside this dataclass by ``metamod eval``.
+
+>>> cfg = EvalConfig(methods=["majority_vote", "consensus"], tasks=["arith"])
+>>> cfg.debate_methods(), cfg.single_methods()
+(['majority_vote', 'consensus'], [])
+>>> EvalConfig(methods=["majority"])
+Traceback (most recent call last):
+...
+ValueError: methods: unknown method(s) ['majority']. Valid names: adjudication_only, consensus, judge, majority_vote, moderator, moderator_prompted, single_cot, single_cot_sc, single_naive, single_reflection, stopping_only
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .decision import DEBATE_LAYERS, DECISION_LAYERS
+
+DEBATER_KINDS = ("simulated", "hf", "vllm", "openai")
+MODES = ("replay", "live")
+
+#: the paper's order of rows
+DEFAULT_METHODS = [
+    "single_naive", "single_cot", "single_reflection", "single_cot_sc",
+    "majority_vote", "consensus", "judge", "moderator_prompted", "moderator",
+    "adjudication_only", "stopping_only",
+]
+
+
+@dataclass
+class EvalConfig:
+    """Options of ``metamod eval`` (see docs/evaluation.md)."""
+
+    # ---- what to evaluate
+    tasks: list[str] = field(default_factory=lambda: ["arith"], metadata={"help": "Task names (see docs/tasks.md)."})
+    task_options: dict = field(
+        default_factory=dict,
+        metadata={"help": "Per-task TaskConfig fields, e.g. {arith: {task_split: test, task_limit: 200}} (YAML)."},
+    )
+    limit: int | None = field(
+        default=None, metadata={"help": "Questions per task when the task's options set no task_limit (None: all)."}
+    )
+    methods: list[str] = field(
+        default_factory=lambda: list(DEFAULT_METHODS),
+        metadata={"help": f"Methods to evaluate: {', '.join(sorted(DECISION_LAYERS))}."},
+    )
+    reference_method: str = field(
+        default="moderator", metadata={"help": "Method compared with every other one by the exact McNemar test."}
+    )
+    mode: str = field(
+        default="replay",
+        metadata={"help": "replay: one shared full-length debate per question, replayed per method; live: each "
+                  "method runs its own debates with the decision layer as stop hook (slower; for checks)."},
+    )
+    traces: str | None = field(
+        default=None,
+        metadata={"help": "Reuse this traces.jsonl (full-length debates) instead of running debates; its questions "
+                  "are evaluated (filtered by `tasks`)."},
+    )
+    seeds: list[int] = field(
+        default_factory=lambda: [0],
+        metadata={"help": "Evaluation seeds: each seed reruns the debates (simulation seed / sampling seed), the "
+                  "tie-breaks and the single-agent baselines; metrics pool all seeds."},
+    )
+    # ---- debate
+    max_rounds: int = field(default=5, metadata={"help": "Debate budget T_max (number of rounds)."})
+    num_agents: int = field(default=2, metadata={"help": "Number of debaters N."})
+    debaters: str = field(
+        default="simulated", metadata={"help": f"Debater kind: {', '.join(DEBATER_KINDS)} (a generation backend)."}
+    )
+    debater_model: str = field(default="", metadata={"help": "Debater model (folder, Hub id or served name)."})
+    debater_backend_options: dict = field(
+        default_factory=dict, metadata={"help": "Extra BackendConfig fields for the debaters (YAML mapping)."}
+    )
+    temperature: float = field(default=0.7, metadata={"help": "Debater (and single-agent) sampling temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "Debater (and single-agent) nucleus sampling mass."})
+    max_tokens: int = field(default=512, metadata={"help": "Debater (and single-agent) max new tokens."})
+    simulation: dict = field(
+        default_factory=dict,
+        metadata={"help": "SimulationConfig fields for simulated debaters (sim_seed is set from each seed)."},
+    )
+    batch_questions: int = field(
+        default=64,
+        metadata={"help": "Questions per batch: unit of batched generation, incremental writing and memory batches."},
+    )
+    # ---- decision layers
+    moderator: str | None = field(
+        default=None,
+        metadata={"help": "Trained moderator: a LoRA adapter folder (adapter_config.json) or a full model."},
+    )
+    moderator_base: str | None = field(
+        default=None,
+        metadata={"help": "Base model of the moderator (prompted moderator; adapter base). None: the adapter's "
+                  "base_model_name_or_path, else the debater model."},
+    )
+    moderator_backend: str = field(default="hf", metadata={"help": "Backend of the moderator: hf, vllm or openai."})
+    moderator_backend_options: dict = field(
+        default_factory=dict, metadata={"help": "Extra BackendConfig fields for the moderator (YAML mapping)."}
+    )
+    moderator_max_tokens: int = field(default=64, metadata={"help": "Max new tokens of a moderator decision."})
+    moderator_temperature: float = field(
+        default=0.0, metadata={"help": "Moderator temperature (0 = greedy, which makes replay equal live)."}
+    )
+    judge_model: str | None = field(
+        default=None, metadata={"help": "LLM judge model. None: the moderator base model, else the debater model."}
+    )
+    judge_backend: str = field(default="hf", metadata={"help": "Backend of the judge: hf, vllm or openai."})
+    judge_max_tokens: int = field(default=512, metadata={"help": "Max new tokens of the judge."})
+    fixed_rounds: int = field(default=3, metadata={"help": "Debate length of adjudication_only."})
+    sc_samples: int = field(default=5, metadata={"help": "Samples k of single_cot_sc."})
+    # ---- outputs
+    output_dir: str = field(default="runs/eval", metadata={"help": "Where results.json, samples.jsonl, table.md go."})
+    resume: bool = field(default=True, metadata={"help": "Skip questions already in samples.jsonl."})
+    plots: bool = field(default=True, metadata={"help": "Write PNG plots (matplotlib, Agg backend)."})
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in DECISION_LAYERS and ":" not in m]
+        if unknown:
+            raise ValueError(f"methods: unknown method(s) {unknown}. Valid names: {', '.join(sorted(DECISION_LAYERS))}")
+        if not self.methods:
+            raise ValueError("methods is empty; list at least one of " + ", ".join(sorted(DECISION_LAYERS)))
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"methods lists a method twice: {self.methods}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.debaters not in DEBATER_KINDS:
+            raise ValueError(f"debaters must be one of {DEBATER_KINDS}, got {self.debaters!r}")
+        if self.debaters != "simulated" and not self.debater_model and self.traces is None:
+            raise ValueError(f"debaters={self.debaters!r} needs debater_model (a folder, Hub id or served name)")
+        for name in ("max_rounds", "num_agents", "batch_questions", "moderator_max_tokens", "judge_max_tokens",
+                     "fixed_rounds", "sc_samples", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_agents < 2:
+            raise ValueError(f"num_agents must be >= 2 for a debate, got {self.num_agents}")
+        if not self.seeds:
+            raise ValueError("seeds is empty; give at least one seed, e.g. [0]")
+        if not self.tasks and self.traces is None:
+            raise ValueError("tasks is empty; list at least one task (e.g. [arith]) or give traces")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1 or None, got {self.limit}")
+        for task, options in self.task_options.items():
+            if task not in self.tasks:
+                raise ValueError(f"task_options has options for {task!r}, which is not in tasks {self.tasks}")
+            if not isinstance(options, dict):
+                raise ValueError(f"task_options[{task!r}] must be a mapping of TaskConfig fields, got {options!r}")
+        if self.traces is not None and not Path(self.traces).is_file():
+            raise FileNotFoundError(f"traces file {self.traces!r} does not exist")
+
+    def debate_methods(self) -> list[str]:
+        return [m for m in self.methods if m in DEBATE_LAYERS or _family(m) == "debate"]
+
+    def single_methods(self) -> list[str]:
+        return [m for m in self.methods if m not in self.debate_methods()]
+
+    def needs(self) -> set[str]:
+        """The generators the chosen methods need (``moderator``, ``moderator_base``, ``judge``, ``agent``)."""
+        from metamod.registry import resolve
+
+        needed: set[str] = set()
+        for m in self.methods:
+            needed.update(resolve(DECISION_LAYERS, m, what="evaluation method").needs)
+        if self.single_methods() and self.debaters != "simulated":
+            needed.add("agent")
+        return needed
+
+    def task_config(self, task: str) -> Any:
+        """The :class:`metamod.tasks.TaskConfig` of one task (``limit`` fills in a missing ``task_limit``)."""
+        from metamod.tasks import TaskConfig
+
+        options = dict(self.task_options.get(task, {}))
+        if self.limit is not None:
+            options.setdefault("task_limit", self.limit)
+        try:
+            return TaskConfig(task=task, **options)
+        except TypeError as err:
+            raise ValueError(f"task_options[{task!r}]: {err}") from err
+
+
+def _family(method: str) -> str:
+    from metamod.registry import resolve
+
+    return getattr(resolve(DECISION_LAYERS, method, what="evaluation method"), "family", "debate")
+
+
+def classify_model_path(path: str) -> str:
+    """``"adapter"``, ``"model"`` or ``"hub"`` for a moderator path; a local path that is neither fails.
+
+    >>> classify_model_path("meta-llama/Llama-3.2-3B-Instruct")
+    'hub'
+    """
+    from metamod.llm.hf import looks_local
+
+    folder = Path(path).expanduser()
+    if not looks_local(path):
+        return "hub"
+    if (folder / "adapter_config.json").is_file():
+        return "adapter"
+    if (folder / "config.json").is_file():
+        return "model"
+    if not folder.exists():
+        raise FileNotFoundError(f"moderator {path!r} does not exist; pass an adapter folder (adapter_config.json), "
+                                "a model folder (config.json) or a Hub id")
+    raise ValueError(f"moderator {path!r} is neither a LoRA adapter (no adapter_config.json) nor a model (no "
+                     "config.json); pass e.g. checkpoints/<run>/adapter or a checkpoint-N folder")
+
+
+def adapter_base(path: str) -> str | None:
+    """The ``base_model_name_or_path`` recorded in an adapter folder, if any."""
+    data = json.loads((Path(path).expanduser() / "adapter_config.json").read_text())
+    return data.get("base_model_name_or_path")

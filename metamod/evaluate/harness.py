@@ -1,0 +1,373 @@
+"""``metamod eval``: every method on shared debate transcripts, graded by the one grader, written incrementally.
+
+Flow per seed and task, in batches of questions (``batch_questions``, or ``memory_batch_size`` with a memory):
+
+1. one full-length debate per question (``run_debates``; or the given ``traces``; or, on resume, the traces
+   already in ``output_dir/traces-seed<s>.jsonl``),
+2. every debate method replays its decision layer over the prefixes of those debates (``mode=live``: each method
+   runs its own debates with the layer as the stop hook instead),
+3. the single-agent baselines answer the same questions with their own batched calls,
+4. each method's final answer is graded with :func:`metamod.tasks.grading.is_equivalent`; one row per question
+   goes to ``samples.jsonl`` (flushed per batch); the memory observes and consolidates.
+
+Then ``results.json``, ``table.md`` and the plots are computed from ALL rows of ``samples.jsonl``, so a crashed
+run resumes where it stopped (questions already in ``samples.jsonl`` are skipped) and ends with complete metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from metamod.config import parse_config, save_resolved_config
+from metamod.tasks.base import Example
+from metamod.tasks.grading import is_equivalent
+
+from .build import build_debaters, build_generators, layer_context, resolve_models
+from .config import EvalConfig
+from .decision import DECISION_LAYERS, build_layer
+from .metrics import task_metrics
+from .replay import prefix, replay, run_live
+from .report import markdown_tables, versions, write_json_atomic, write_plots
+
+logger = logging.getLogger(__name__)
+
+SAMPLES_FILE = "samples.jsonl"
+RESULTS_FILE = "results.json"
+TABLE_FILE = "table.md"
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def example_from_trace(trace: dict[str, Any]) -> Example:
+    """The :class:`Example` a trace was made from (the options the trace's question shows are split off again).
+
+    >>> from metamod.rollout.traces import example_trace
+    >>> example_from_trace(example_trace("q")).prompt_text()
+    'What is 2 + 2?'
+    """
+    ex = Example.from_dict(trace)
+    if ex.choices:
+        suffix = Example(id=ex.id, question="", gold=ex.gold, kind=ex.kind, choices=ex.choices).prompt_text()
+        if ex.question.endswith(suffix):
+            ex = Example(id=ex.id, question=ex.question[: -len(suffix)], gold=ex.gold, kind=ex.kind,
+                         choices=ex.choices, meta=ex.meta)
+    return ex
+
+
+def _check_examples(task: str, examples: list[Example], source: str) -> None:
+    if not examples:
+        raise ValueError(f"task {task!r} has no questions in {source}")
+    seen: set[str] = set()
+    for ex in examples:
+        if not isinstance(ex.gold, str) or not ex.gold.strip():
+            raise ValueError(f"task {task!r}, question {ex.id!r} in {source} has no gold answer; evaluation needs "
+                             "gold answers (use a split with answers)")
+        if ex.id in seen:
+            raise ValueError(f"task {task!r}: question id {ex.id!r} appears twice in {source}")
+        seen.add(ex.id)
+
+
+def load_inputs(config: EvalConfig) -> tuple[dict[str, list[Example]], dict[tuple[str, str], dict]]:
+    """Questions per task, and the reusable full-length traces by ``(task, id)`` when ``config.traces`` is set.
+
+    Raises:
+        ValueError: a task without gold answers, duplicate ids, or no question for a task.
+    """
+    examples: dict[str, list[Example]] = {}
+    reused: dict[tuple[str, str], dict] = {}
+    if config.traces:
+        from metamod.rollout.traces import read_traces
+
+        for trace in read_traces(config.traces):
+            if config.tasks and trace["task"] not in config.tasks:
+                continue
+            examples.setdefault(trace["task"], []).append(example_from_trace(trace))
+            reused[(trace["task"], trace["id"])] = trace
+        for task in config.tasks:
+            if task not in examples:
+                raise ValueError(f"traces file {config.traces!r} has no debate for task {task!r}")
+    else:
+        for task in config.tasks:
+            examples[task] = list(config.task_config(task).load().examples())
+    for task, exs in examples.items():
+        _check_examples(task, exs, config.traces or f"task {task!r}")
+    return examples, reused
+
+
+def read_samples(path: Path) -> list[dict[str, Any]]:
+    """Rows of ``samples.jsonl``; a torn last line (a crash mid-write) is dropped with a warning."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if number == len(lines):
+                logger.warning("%s: dropping a torn last line (%s)", path, err)
+                continue
+            raise ValueError(f"{path}: line {number} is not valid JSON ({err}); fix or delete the file") from err
+    return rows
+
+
+def _repair_samples(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rewrite ``samples.jsonl`` without a torn tail, so appended rows start on a fresh line."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if text and not text.endswith("\n"):
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield list(items[start:start + size])
+
+
+# --------------------------------------------------------------------------------------------- one batch
+
+
+class _Grader:
+    """``is_equivalent`` with a cache per (answer, question)."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple, bool] = {}
+
+    def __call__(self, answer: str | None, ex: Example) -> bool:
+        if answer is None:
+            return False
+        key = (answer, ex.id, ex.gold, ex.kind, ex.choices)
+        if key not in self.cache:
+            self.cache[key] = is_equivalent(answer, ex.gold, ex.kind, ex.choices)
+        return self.cache[key]
+
+
+def _round_summary(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"round": rnd["round"], "eta": rnd.get("eta"), "answers": [r.get("answer") for r in rnd["responses"]],
+             "prompt_tokens": sum(r["prompt_tokens"] for r in rnd["responses"]),
+             "completion_tokens": sum(r["completion_tokens"] for r in rnd["responses"])}
+            for rnd in trace["rounds"]]
+
+
+def _single_record(outcome: Any) -> dict[str, Any]:
+    return {"final_answer": outcome.answer, "stop_round": None, "rounds": None, "decisions": [], "valid": [],
+            "seen_answers": list(outcome.answers), "texts": list(outcome.texts),
+            "tokens": {"debater_prompt": outcome.prompt_tokens, "debater_completion": outcome.completion_tokens,
+                       "moderator_prompt": 0, "moderator_completion": 0}}
+
+
+def evaluate_batch(
+    batch: list[Example], *, task: str, seed: int, layers: dict[str, Any], debaters: list[Any] | None,
+    config: EvalConfig, traces: dict[str, dict], grade: _Grader,
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """All methods on one batch of questions.
+
+    Args:
+        batch: the questions.
+        task, seed: recorded in each row.
+        layers: method name -> built method.
+        debaters: debater groups (to run the shared debates that ``traces`` lacks, and for ``mode=live``).
+        config: the evaluation config.
+        traces: full-length traces by question id; missing ones are generated and added (the caller persists them).
+        grade: the cached grader.
+
+    Returns:
+        ``(rows, shared_traces_by_id)``: one samples row per question, and the transcripts the rows describe.
+    """
+    debate_methods = [m for m in layers if getattr(layers[m], "family", "debate") == "debate"]
+    records: dict[str, list[dict[str, Any]]] = {}
+    if debate_methods or config.mode == "replay":
+        missing = [ex for ex in batch if ex.id not in traces]
+        if missing and config.mode == "replay" and debate_methods:
+            from metamod.rollout.debate import run_debates
+
+            for trace in run_debates(missing, debaters, max_rounds=config.max_rounds, task=task, progress=False):
+                traces[trace["id"]] = trace
+    shared = {ex.id: traces[ex.id] for ex in batch if ex.id in traces}
+    for method in debate_methods:
+        if config.mode == "live":
+            records[method], live = run_live(layers[method], batch, debaters, max_rounds=config.max_rounds,
+                                             task=task, progress=False)
+            for ex, trace in zip(batch, live, strict=True):
+                if ex.id not in shared or len(trace["rounds"]) > len(shared[ex.id]["rounds"]):
+                    shared[ex.id] = trace
+        else:
+            records[method] = replay(layers[method], [shared[ex.id] for ex in batch])
+    for method, layer in layers.items():
+        if method not in records:
+            records[method] = [_single_record(o) for o in layer.run(batch)]
+    rows = []
+    for i, ex in enumerate(batch):
+        methods = {}
+        for method in layers:
+            record = records[method][i]
+            record["correct"] = grade(record["final_answer"], ex)
+            record["covered"] = any(grade(a, ex) for a in record["seen_answers"])
+            methods[method] = record
+        trace = shared.get(ex.id)
+        rows.append({
+            "task": task, "seed": seed, "id": ex.id, "question": ex.prompt_text(), "gold": ex.gold, "kind": ex.kind,
+            "choices": list(ex.choices) if ex.choices else None,
+            "simulated": bool(trace["simulated"]) if trace else config.debaters == "simulated",
+            "rounds": _round_summary(trace) if trace else [],
+            "methods": methods,
+        })
+    return rows, shared
+
+
+# --------------------------------------------------------------------------------------------- the run
+
+
+def _build_memory(memory_config: Any, output_dir: Path, seed: int, generator: Any) -> tuple[Any, Path | None]:
+    if memory_config is None or memory_config.memory in (None, "none"):
+        return None, None
+    import dataclasses
+
+    from metamod.memory import build_memory_from_config
+
+    state = output_dir / f"memory-seed{seed}.json"
+    source = state if state.is_file() else memory_config.memory_path
+    memory = build_memory_from_config(dataclasses.replace(memory_config, memory_path=source), generator=generator)
+    return memory, state
+
+
+def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
+    """The ``results.json`` document from samples rows (lm-eval-like; see docs/evaluation.md)."""
+    from metamod.config import config_to_dict
+
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["task"] in config.tasks or config.traces:
+            if row.get("seed", 0) in config.seeds:
+                by_task.setdefault(row["task"], []).append(row)
+    results, significance, n_samples = {}, {}, {}
+    for task, task_rows in by_task.items():
+        results[task], significance[task] = task_metrics(task_rows, config.methods, reference=config.reference_method)
+        n_samples[task] = {"questions": len({r["id"] for r in task_rows}), "rows": len(task_rows),
+                           "seeds": sorted({r.get("seed", 0) for r in task_rows})}
+    simulated = any(r.get("simulated") for r in rows) or config.debaters == "simulated"
+    return {
+        "results": results,
+        "significance": {"reference": config.reference_method, "test": "exact McNemar (two-sided)",
+                         "by_task": significance},
+        "labels": {m: getattr(DECISION_LAYERS.get(m), "label", m) for m in config.methods},
+        "simulated": simulated,
+        "mode": config.mode,
+        "n_samples": n_samples,
+        "config": config_to_dict(config, memory_config),
+        "versions": versions(),
+    }
+
+
+def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
+    """Run the evaluation described by ``config`` and write its outputs to ``config.output_dir``.
+
+    Args:
+        config: the evaluation config.
+        memory_config: a :class:`metamod.memory.MemoryConfig` (``None`` or memory ``none``: no memory).
+
+    Returns:
+        The ``results.json`` document.
+    """
+    output_dir = Path(config.output_dir)
+    # ---- everything that can fail on bad input, before any model loads or any question is generated
+    examples, reused = load_inputs(config)
+    specs = resolve_models(config)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    samples_path = output_dir / SAMPLES_FILE
+    if not config.resume and samples_path.exists():
+        samples_path.unlink()
+    previous = read_samples(samples_path)
+    _repair_samples(samples_path, previous)
+    done = {(r["task"], r.get("seed", 0), r["id"]) for r in previous}
+    save_resolved_config(output_dir / "config.yaml", config, memory_config)
+    memory_on = memory_config is not None and memory_config.memory not in (None, "none")
+    batch_size = memory_config.memory_batch_size if memory_on else config.batch_questions
+    todo_total = sum(1 for s in config.seeds for t, exs in examples.items() for ex in exs if (t, s, ex.id) not in done)
+    logger.info("eval: %d question-seed pairs to do (%d already in %s)", todo_total, len(done), samples_path)
+
+    generators = build_generators(specs) if todo_total else {}
+    with samples_path.open("a", encoding="utf-8") as sink:
+        for seed in config.seeds:
+            if not any((t, seed, ex.id) not in done for t, exs in examples.items() for ex in exs):
+                continue
+            memory, memory_state = _build_memory(memory_config, output_dir, seed, generators.get("agent"))
+            debaters = None
+            if config.debaters == "simulated" or not config.traces or config.mode == "live":
+                debaters = build_debaters(config, seed, agent=generators.get("agent"), memory=memory)
+            context = layer_context(config, seed, generators, debaters, memory)
+            layers = {m: build_layer(m, context) for m in config.methods}
+            writer = None
+            traces: dict[str, dict] = {}
+            if not config.traces and config.mode == "replay":
+                from metamod.rollout.traces import TraceWriter, read_traces
+
+                trace_path = output_dir / f"traces-seed{seed}.jsonl"
+                writer = TraceWriter(trace_path, resume=True)
+                traces = {t["id"]: t for t in read_traces(trace_path)} if writer.done_ids else {}
+            grade = _Grader()
+            try:
+                for task, task_examples in examples.items():
+                    todo = [ex for ex in task_examples if (task, seed, ex.id) not in done]
+                    if config.traces:
+                        traces = {ex.id: reused[(task, ex.id)] for ex in todo}
+                    for batch in _chunks(todo, batch_size):
+                        known = set(traces)
+                        rows, shared = evaluate_batch(batch, task=task, seed=seed, layers=layers, debaters=debaters,
+                                                      config=config, traces=traces, grade=grade)
+                        if writer is not None:
+                            for ex in batch:
+                                if ex.id not in known and ex.id in traces:
+                                    writer.write(traces[ex.id])
+                        for row in rows:
+                            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+                        sink.flush()
+                        if memory is not None:
+                            _observe(memory, batch, rows, shared, config)
+                            memory.end_batch()
+                            memory.save(memory_state)
+                        logger.info("eval seed %d task %s: %d more questions written", seed, task, len(rows))
+            finally:
+                if writer is not None:
+                    writer.close()
+    rows = read_samples(samples_path)
+    document = compute_results(rows, config, memory_config)
+    write_json_atomic(output_dir / RESULTS_FILE, document)
+    (output_dir / TABLE_FILE).write_text(
+        markdown_tables(document["results"], document["labels"], simulated=document["simulated"]))
+    if config.plots and document["results"]:
+        write_plots(document["results"], document["labels"], output_dir / "plots", simulated=document["simulated"])
+    return document
+
+
+def _observe(memory: Any, batch: list[Example], rows: list[dict], shared: dict[str, dict], config: EvalConfig) -> None:
+    """Show the memory each finished question: the reference method's (or first method's) stopped debate."""
+    method = config.reference_method if config.reference_method in config.methods else config.methods[0]
+    for ex, row in zip(batch, rows, strict=True):
+        record = row["methods"][method]
+        trace = shared.get(ex.id)
+        if trace is not None and record.get("stop_round") is not None:
+            trace = prefix(trace, record["stop_round"])
+        elif trace is None:
+            trace = {"id": ex.id, "rounds": [], "single": record}
+        memory.observe(ex, trace, {"correct": bool(record["correct"]), "final_answer": record["final_answer"],
+                                   "method": method})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``metamod eval --config configs/eval/sim_debate.yaml [--key value ...]``."""
+    from metamod.memory import MemoryConfig
+
+    config, memory_config = parse_config([EvalConfig, MemoryConfig], argv, prog="metamod eval")
+    document = evaluate(config, memory_config)
+    out = Path(config.output_dir)
+    print((out / TABLE_FILE).read_text())
+    print(f"results: {out / RESULTS_FILE}  samples: {out / SAMPLES_FILE}"
+          + ("  (SIMULATED debaters)" if document["simulated"] else ""))
+    return 0

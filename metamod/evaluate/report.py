@@ -1,0 +1,162 @@
+"""Evaluation outputs: ``results.json`` (lm-eval-like), ``table.md`` (the paper's layout) and PNG plots.
+
+>>> res = {"arith": {"majority_vote": {"accuracy": 0.5, "accuracy_ci_low": 0.4, "accuracy_ci_high": 0.6,
+...        "mean_rounds": 5.0, "coverage": 0.7, "mis_aggregation": 3, "n": 10, "tokens_per_question": 100.0}}}
+>>> print(markdown_tables(res, {"majority_vote": "MAD (Majority Voting)"}, simulated=True).splitlines()[0])
+## Accuracy (%) -- simulated debaters
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that shape results (missing ones are skipped)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for name in ("meta-moderator", "torch", "transformers", "trl", "peft", "vllm", "math-verify"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def write_json_atomic(path: Path, data: Any) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def markdown_tables(results: Mapping[str, Mapping[str, Mapping[str, Any]]], labels: Mapping[str, str], *,
+                    simulated: bool) -> str:
+    """Two markdown tables: accuracy (methods x tasks, with 95% intervals and the average), and
+    rounds / coverage / mis-aggregation / tokens per method and task.
+
+    Args:
+        results: ``results[task][method]`` metric dicts.
+        labels: display name per method.
+        simulated: label the tables as simulated.
+
+    Returns:
+        Markdown text.
+    """
+    tasks = list(results)
+    methods: list[str] = []
+    for task in tasks:
+        methods += [m for m in results[task] if m not in methods]
+    tag = " -- simulated debaters" if simulated else ""
+    lines = [f"## Accuracy (%){tag}", "",
+             "| Method | " + " | ".join(tasks) + " | Avg |", "|---|" + "---|" * (len(tasks) + 1)]
+    for m in methods:
+        cells, accs = [], []
+        for task in tasks:
+            r = results[task].get(m)
+            if r is None:
+                cells.append("-")
+                continue
+            accs.append(r["accuracy"])
+            cells.append(f"{_pct(r['accuracy'])} [{_pct(r['accuracy_ci_low'])}, {_pct(r['accuracy_ci_high'])}]")
+        avg = _pct(sum(accs) / len(accs)) if accs else "-"
+        lines.append(f"| {labels.get(m, m)} | " + " | ".join(cells) + f" | {avg} |")
+    lines += ["", "Cells: accuracy [95% Wilson interval], n per task in the second table.", "",
+              f"## Rounds, coverage and mis-aggregation{tag}", "",
+              "| Method | Task | n | mean rounds | coverage (%) | mis-aggregation | correct w/o coverage | "
+              "tokens/question | format-valid (%) |", "|---|---|---|---|---|---|---|---|---|"]
+    for m in methods:
+        for task in tasks:
+            r = results[task].get(m)
+            if r is None:
+                continue
+            rounds = f"{r['mean_rounds']:.2f}" if "mean_rounds" in r else "-"
+            valid = _pct(r["format_valid_rate"]) if "format_valid_rate" in r else "-"
+            lines.append(
+                f"| {labels.get(m, m)} | {task} | {r['n']} | {rounds} | {_pct(r['coverage'])} | "
+                f"{r['mis_aggregation']} | {r.get('correct_without_coverage', 0)} | "
+                f"{r['tokens_per_question']:.0f} | {valid} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_plots(results: Mapping[str, Mapping[str, Mapping[str, Any]]], labels: Mapping[str, str],
+                output_dir: Path, *, simulated: bool) -> list[Path]:
+    """Accuracy per method, mean rounds per debate method (cf. the paper's figure 3) and accuracy vs tokens.
+
+    Returns:
+        The written PNG paths.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    tasks = list(results)
+    methods: list[str] = []
+    for task in tasks:
+        methods += [m for m in results[task] if m not in methods]
+    suffix = " (simulated)" if simulated else ""
+    written = []
+    width = 0.8 / max(len(tasks), 1)
+
+    def grouped_bars(metric: str, chosen: list[str], ylabel: str, title: str, name: str, error: bool) -> None:
+        fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(chosen) + 2), 4))
+        for k, task in enumerate(tasks):
+            xs, ys, errs = [], [], [[], []]
+            for i, m in enumerate(chosen):
+                r = results[task].get(m)
+                if r is None or metric not in r:
+                    continue
+                xs.append(i + k * width)
+                ys.append(r[metric])
+                if error:
+                    errs[0].append(r[metric] - r["accuracy_ci_low"])
+                    errs[1].append(r["accuracy_ci_high"] - r[metric])
+            ax.bar(xs, ys, width, label=task, yerr=errs if error and xs else None, capsize=2)
+        ax.set_xticks([i + width * (len(tasks) - 1) / 2 for i in range(len(chosen))])
+        ax.set_xticklabels([labels.get(m, m) for m in chosen], rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title + suffix)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = output_dir / name
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+
+    grouped_bars("accuracy", methods, "accuracy", "Accuracy per method (95% CI)", "accuracy.png", True)
+    debate = [m for m in methods if any("mean_rounds" in results[t].get(m, {}) for t in tasks)]
+    if debate:
+        grouped_bars("mean_rounds", debate, "mean rounds", "Debate rounds used per method", "rounds.png", False)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for task in tasks:
+        for m in methods:
+            r = results[task].get(m)
+            if r is None:
+                continue
+            ax.scatter(r["tokens_per_question"], r["accuracy"], s=20)
+            ax.annotate(f"{labels.get(m, m)} ({task})", (r["tokens_per_question"], r["accuracy"]), fontsize=6)
+    ax.set_xlabel("tokens per question (debaters + decision layer)")
+    ax.set_ylabel("accuracy")
+    ax.set_title("Accuracy vs tokens" + suffix)
+    fig.tight_layout()
+    path = output_dir / "accuracy_vs_tokens.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+    return written
