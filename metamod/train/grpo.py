@@ -1,0 +1,424 @@
+"""``metamod train``: train the moderator with TRL's ``GRPOTrainer`` + a PEFT LoRA adapter.
+
+One code path for both worlds: on this CPU machine the tiny offline model on simulated debates
+(``configs/train/tiny_sim.yaml``), on GPU nodes bf16 + vLLM generation + ``accelerate launch`` with DeepSpeed
+(``configs/train/llama8b_moderator.yaml`` and friends). Every ``trl.GRPOConfig`` option passes through.
+
+Outputs in ``output_dir`` (default ``checkpoints/<run_name>``): the LoRA adapter + tokenizer, ``checkpoint-N/``
+folders (resume with ``--resume_from_checkpoint true``), ``metamod_train_config.yaml`` (the resolved config),
+``samples.jsonl`` (a few completions with their rewards every ``sample_log_steps``) and ``train_summary.json``.
+
+>>> from metamod.train.grpo import ModeratorGRPOConfig
+>>> cfg = ModeratorGRPOConfig(dataset_path="data/x", per_device_train_batch_size=4, num_generations=2,
+...                           report_to="none")
+>>> cfg.output_dir, cfg.reward_funcs
+('checkpoints/moderator', ['format', 'control'])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+from trl import GRPOConfig, ModelConfig
+
+from metamod.llm.tiny import TinyModelConfig
+from metamod.rewards import DEFAULT_REWARDS, get_reward_funcs, rewards_help
+from metamod.train import common
+from metamod.train.sft import WARM_START_DIR
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "metamod_train_config.yaml"
+SUMMARY_FILE = "train_summary.json"
+SAMPLES_FILE = "samples.jsonl"
+
+
+@dataclass
+class ModeratorGRPOConfig(GRPOConfig):
+    """``trl.GRPOConfig`` plus the moderator's data, reward, warm-start and logging options."""
+
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Run folder (adapter, checkpoints, summary). Default: checkpoints/<run_name>."}
+    )
+    dataset_path: str | None = field(
+        default=None, metadata={"help": "Moderator dataset: a `save_to_disk` folder or a Hub dataset id."}
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_eval_split: str | None = field(
+        default="validation", metadata={"help": "Split to evaluate on when eval_strategy is not 'no'."}
+    )
+    build_dataset_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "Rollout YAML (e.g. configs/rollout/sim_arith.yaml) used to build dataset_path when it is "
+            "missing: runs the debates and `build-dataset`, then trains. Leave unset to require the dataset."
+        },
+    )
+    max_train_examples: int | None = field(default=None, metadata={"help": "Use at most this many training rows."})
+    max_prompt_tokens: int | None = field(
+        default=2048,
+        metadata={"help": "Drop rows whose chat-formatted prompt is longer (TRL no longer truncates prompts)."},
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: list(DEFAULT_REWARDS),
+        metadata={"help": rewards_help() + " Weights come from reward_weights (default all 1.0)."},
+    )
+    warm_start: bool = field(
+        default=False, metadata={"help": "Run a short SFT pass on heuristic moderator targets before GRPO."}
+    )
+    warm_start_steps: int = field(default=30, metadata={"help": "Optimiser steps of the warm start."})
+    warm_start_learning_rate: float = field(default=5e-3, metadata={"help": "Learning rate of the warm start."})
+    warm_start_batch_size: int = field(default=16, metadata={"help": "Per-device batch size of the warm start."})
+    warm_start_max_examples: int | None = field(default=2000, metadata={"help": "Cap on warm-start rows."})
+    sample_log_steps: int = field(
+        default=10, metadata={"help": "Every this many steps, log a few completions to samples.jsonl (0: never)."}
+    )
+    sample_log_count: int = field(default=4, metadata={"help": "Completions logged each time."})
+    auto_cpu: bool = field(
+        default=True,
+        metadata={
+            "help": "Without CUDA, switch to use_cpu=true, bf16=false, gradient_checkpointing=false (logged), so "
+            "GPU configs still start on a CPU machine. use_vllm is never switched off: it fails instead."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.output_dir is None:
+            self.output_dir = f"checkpoints/{self.run_name or 'moderator'}"
+        if isinstance(self.reward_funcs, str):
+            self.reward_funcs = [n.strip() for n in self.reward_funcs.split(",") if n.strip()]
+        if self.auto_cpu:
+            import torch
+
+            if not torch.cuda.is_available() and (not self.use_cpu or self.bf16 or self.gradient_checkpointing):
+                logger.info("No CUDA device: training on CPU in fp32 without gradient checkpointing")
+                self.use_cpu, self.bf16, self.fp16, self.gradient_checkpointing = True, False, False, False
+        self._check_batch()
+        for name in ("warm_start_steps", "warm_start_batch_size", "sample_log_count"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.sample_log_steps < 0:
+            raise ValueError(f"sample_log_steps must be >= 0 (0 turns sample logging off), got {self.sample_log_steps}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1 or null, got {self.max_prompt_tokens}")
+        super().__post_init__()
+        if isinstance(self.resume_from_checkpoint, str) and self.resume_from_checkpoint.lower() in ("false", "none"):
+            self.resume_from_checkpoint = None
+
+    def _check_batch(self) -> None:
+        """GRPO groups num_generations completions per prompt: the generation batch must hold whole groups."""
+        if self.num_generations is None or self.num_generations < 2:
+            raise ValueError(
+                f"num_generations must be >= 2 (GRPO compares completions of one prompt), got {self.num_generations}"
+            )
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if self.generation_batch_size is not None:
+            batch, how = self.generation_batch_size, f"generation_batch_size={self.generation_batch_size}"
+        else:
+            steps = self.steps_per_generation or self.gradient_accumulation_steps
+            batch = self.per_device_train_batch_size * world * steps
+            how = (
+                f"per_device_train_batch_size={self.per_device_train_batch_size} x {world} process(es) x "
+                f"{steps} step(s) per generation = {batch}"
+            )
+        if batch % self.num_generations:
+            raise ValueError(
+                f"The generation batch ({how}) is not divisible by num_generations={self.num_generations}: GRPO needs "
+                f"whole groups of {self.num_generations} completions per prompt. Fix: set per_device_train_batch_size="
+                f"{common.suggest_batch_size(self.per_device_train_batch_size, self.num_generations)} (a multiple of "
+                f"num_generations), or choose num_generations dividing {batch}."
+            )
+
+
+@dataclass
+class ModeratorModelConfig(ModelConfig):
+    """``trl.ModelConfig`` (model path, dtype, LoRA) with LoRA on by default and the offline tiny-model switch."""
+
+    use_peft: bool = field(default=True, metadata={"help": "Train a LoRA adapter (false: full fine-tuning)."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (scaling = alpha / r)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    lora_target_modules: list[str] | None = field(
+        default_factory=lambda: ["all-linear"],
+        metadata={"help": "Modules to adapt: 'all-linear' or a list of module names (lm_head is not allowed)."},
+    )
+    build_tiny_model: bool = field(
+        default=False,
+        metadata={"help": "Build the offline tiny model in model_name_or_path when missing (tiny_* options)."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.model_name_or_path:
+            raise ValueError("model_name_or_path is required (a model folder or a Hub id)")
+        if self.lora_r < 1:
+            raise ValueError(f"lora_r must be >= 1, got {self.lora_r}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+
+
+class SampleLogger(TrainerCallback):
+    """Writes a few of the latest completions (with their per-reward scores) to ``samples.jsonl``."""
+
+    def __init__(self, trainer: Any, path: Path, *, every: int, count: int):
+        self.trainer, self.path, self.every, self.count = trainer, path, every, count
+        self._last_step = -1
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not self.every or state.global_step % self.every:
+            return
+        if state.global_step == self._last_step:
+            return
+        self._last_step = state.global_step
+        store = getattr(self.trainer, "_logs", None) or {}
+        completions = list(store.get("completion", []))[-self.count :]
+        rewards = {name: list(values)[-len(completions) :] for name, values in store.get("rewards", {}).items()}
+        with self.path.open("a") as fh:
+            for i, completion in enumerate(completions):
+                from metamod.rewards import completion_text
+
+                text = completion_text(completion)
+                scores = {name: _finite(values[i]) for name, values in rewards.items() if i < len(values)}
+                fh.write(json.dumps({"step": state.global_step, "completion": text, "rewards": scores}) + "\n")
+                logger.info("sample @%d: %r %s", state.global_step, text[:120], scores)
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or value != value else float(value)
+
+
+def _setup_trackers(args: ModeratorGRPOConfig) -> None:
+    if "wandb" in (args.report_to or []):
+        os.environ.setdefault("WANDB_DIR", str(args.output_dir))
+        os.environ.setdefault("WANDB_PROJECT", "metamod")
+        if not os.environ.get("WANDB_API_KEY") and "WANDB_MODE" not in os.environ:
+            logger.info("wandb: no WANDB_API_KEY, logging offline (sync later with `wandb sync`)")
+            os.environ["WANDB_MODE"] = "offline"
+        Path(os.environ["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
+
+
+def prepare_model_path(
+    model_args: ModeratorModelConfig, tiny_args: TinyModelConfig | None, *, trust_remote_code: bool = False
+) -> str:
+    """Build the tiny model when asked (logged), then check the path and the LoRA targets on a meta-device model."""
+    path = model_args.model_name_or_path
+    if model_args.build_tiny_model:
+        from metamod.llm.tiny import ensure_tiny_model
+
+        tiny_args = tiny_args or TinyModelConfig()
+        path = str(ensure_tiny_model(path, **tiny_args.to_kwargs()))
+    if model_args.use_peft:
+        common.check_lora_targets(path, model_args.lora_target_modules, trust_remote_code=trust_remote_code)
+    else:
+        common.module_names(path, trust_remote_code=trust_remote_code)
+    return path
+
+
+def prepare_dataset(args: ModeratorGRPOConfig) -> None:
+    """Build ``dataset_path`` from ``build_dataset_config`` when it is missing (saying so in the log)."""
+    if args.dataset_path is None:
+        raise ValueError("dataset_path is required (a `metamod build-dataset` folder or a Hub dataset id)")
+    if Path(args.dataset_path).exists() or not args.build_dataset_config:
+        return
+    from metamod.train.common import build_missing_dataset
+
+    logger.info("Dataset %s is missing: building it from %s", args.dataset_path, args.build_dataset_config)
+    build_missing_dataset(args.dataset_path, rollout_config=args.build_dataset_config)
+
+
+def train(
+    *, args: ModeratorGRPOConfig, model_args: ModeratorModelConfig, tiny_args: TinyModelConfig | None = None
+) -> dict[str, Any]:
+    """Run GRPO (with an optional warm start) and return the run summary (also written to train_summary.json).
+
+    Args:
+        args: trainer, data, reward and logging options.
+        model_args: base model and LoRA options.
+        tiny_args: shape of the offline tiny model (used when ``model_args.build_tiny_model``).
+
+    Returns:
+        The summary dict (steps, time, first/last logged rewards, paths).
+    """
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer, get_peft_config
+
+    from metamod.config import save_resolved_config
+
+    started = time.time()
+    # ---- cheap checks first: rewards, environment, data, model
+    reward_funcs, weights = get_reward_funcs(args.reward_funcs, args.reward_weights)
+    args.reward_weights = weights
+    if args.use_vllm:
+        from metamod.llm import is_vllm_available
+
+        if not is_vllm_available():
+            raise ImportError("use_vllm=true needs vLLM: pip install -e '.[vllm]' (on a CUDA node)")
+    prepare_dataset(args)
+    train_ds = common.load_split(args.dataset_path, args.dataset_train_split)
+    common.check_columns(train_ds, where=f"{args.dataset_path}[{args.dataset_train_split}]")
+    for name in ("gold", "kind") if "answer" in args.reward_funcs else ():
+        if name not in train_ds.column_names:
+            raise ValueError(f"reward 'answer' needs dataset column {name!r}; {args.dataset_path} lacks it")
+    model_path = prepare_model_path(model_args, tiny_args, trust_remote_code=args.trust_remote_code)
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=args.trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train_ds = common.drop_long_prompts(train_ds, tokenizer, args.max_prompt_tokens, where="train split")
+    if args.max_train_examples is not None and len(train_ds) > args.max_train_examples:
+        train_ds = train_ds.shuffle(seed=args.seed).select(range(args.max_train_examples))
+    eval_ds = None
+    if args.eval_strategy != "no" and args.dataset_eval_split:
+        eval_ds = common.load_split(args.dataset_path, args.dataset_eval_split)
+        common.check_columns(eval_ds, where=f"{args.dataset_path}[{args.dataset_eval_split}]")
+        eval_ds = common.drop_long_prompts(eval_ds, tokenizer, args.max_prompt_tokens, where="eval split")
+
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_resolved_config(output_dir / CONFIG_FILE, model_args, tiny_args, args)
+    _setup_trackers(args)
+    simulated = bool("simulated" in train_ds.column_names and any(train_ds["simulated"]))
+    logger.info(
+        "Training %s on %d rows of %s%s (rewards %s, weights %s)",
+        model_path, len(train_ds), args.dataset_path, " (simulated debates)" if simulated else "",
+        args.reward_funcs, weights,
+    )  # fmt: skip
+
+    # ---- model: fresh LoRA, or the warm-started adapter
+    model_init_kwargs = dict(args.model_init_kwargs or {})
+    if model_args.dtype:
+        model_init_kwargs.setdefault("dtype", model_args.dtype)
+    if model_args.attn_implementation:
+        model_init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
+    args.model_init_kwargs = model_init_kwargs or None
+    peft_config = get_peft_config(model_args)
+    model: Any = model_path
+    if args.warm_start:
+        if not model_args.use_peft:
+            raise ValueError("warm_start trains the LoRA adapter: set use_peft=true or warm_start=false")
+        model = _warm_started_model(args, model_args, model_path, peft_config, train_ds, tokenizer, model_init_kwargs)
+        peft_config = None
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    if args.sample_log_steps:
+        trainer.add_callback(
+            SampleLogger(trainer, output_dir / SAMPLES_FILE, every=args.sample_log_steps, count=args.sample_log_count)
+        )
+    resume = args.resume_from_checkpoint
+    if isinstance(resume, str) and resume.lower() == "true":
+        resume = True
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(str(output_dir))
+    summary = summarize(trainer.state.log_history, reward_names=trainer.reward_func_names)
+    summary.update(
+        run=Path(output_dir).name,
+        output_dir=str(output_dir),
+        model=model_path,
+        dataset=args.dataset_path,
+        simulated=simulated,
+        train_rows=len(train_ds),
+        global_step=trainer.state.global_step,
+        train_runtime_s=round(float(result.metrics.get("train_runtime", 0.0)), 2),
+        wall_time_s=round(time.time() - started, 2),
+        resumed=bool(resume),
+        warm_start=args.warm_start,
+    )
+    if trainer.accelerator.is_main_process:
+        (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _warm_started_model(args, model_args, model_path, peft_config, train_ds, tokenizer, model_init_kwargs):
+    """Run the SFT warm start (or reuse its saved adapter) and return the trainable PEFT model."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from metamod.train.sft import run_warm_start
+
+    warm_dir = Path(args.output_dir) / WARM_START_DIR
+    if (warm_dir / "adapter_config.json").is_file():
+        logger.info("Warm start: reusing the adapter in %s", warm_dir)
+    else:
+        run_warm_start(
+            model_name_or_path=model_path,
+            peft_config=peft_config,
+            dataset=train_ds,
+            output_dir=warm_dir,
+            max_steps=args.warm_start_steps,
+            learning_rate=args.warm_start_learning_rate,
+            batch_size=args.warm_start_batch_size,
+            max_examples=args.warm_start_max_examples,
+            max_length=(args.max_prompt_tokens or 0) + (args.max_completion_length or 0) or None,
+            seed=args.seed,
+            use_cpu=args.use_cpu,
+            bf16=bool(args.bf16),
+            model_init_kwargs=model_init_kwargs or None,
+            tokenizer=tokenizer,
+        )
+    kwargs = dict(model_init_kwargs)
+    dtype = kwargs.pop("dtype", "float32")
+    kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
+    base = AutoModelForCausalLM.from_pretrained(model_path, trust_remote_code=args.trust_remote_code, **kwargs)
+    return PeftModel.from_pretrained(base, str(warm_dir), is_trainable=True)
+
+
+def summarize(log_history: list[dict[str, Any]], *, reward_names: list[str]) -> dict[str, Any]:
+    """First vs last logged training rewards from a ``trainer.state.log_history``.
+
+    >>> hist = [{"step": 1, "reward": 0.5, "rewards/control_reward/mean": 0.25},
+    ...         {"step": 9, "reward": 1.5, "rewards/control_reward/mean": 0.75}, {"step": 9, "train_runtime": 3.0}]
+    >>> s = summarize(hist, reward_names=["control_reward"])
+    >>> s["first_logged"]["control_reward"], s["last_logged"]["reward"], s["reward_change"]
+    (0.25, 1.5, 1.0)
+    """
+    logged = [h for h in log_history if "reward" in h]
+
+    def pick(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+        if entry is None:
+            return None
+        out = {"step": entry.get("step"), "reward": entry.get("reward")}
+        out.update({name: entry.get(f"rewards/{name}/mean") for name in reward_names})
+        return out
+
+    first, last = pick(logged[0] if logged else None), pick(logged[-1] if logged else None)
+    change = None
+    if first and last and first["reward"] is not None and last["reward"] is not None:
+        change = round(last["reward"] - first["reward"], 6)
+    return {"logged_steps": len(logged), "first_logged": first, "last_logged": last, "reward_change": change}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``metamod train --config configs/train/tiny_sim.yaml [--key value ...]``."""
+    from metamod.config import parse_config
+
+    args, model_args, tiny_args = parse_config(
+        [ModeratorGRPOConfig, ModeratorModelConfig, TinyModelConfig], argv, prog="metamod train"
+    )
+    summary = train(args=args, model_args=model_args, tiny_args=tiny_args)
+    print(json.dumps(summary, indent=2))
+    label = " (simulated debates)" if summary["simulated"] else ""
+    print(
+        f"Trained {summary['global_step']} steps in {summary['wall_time_s']:.1f}s{label}; mean reward "
+        f"{_fmt(summary['first_logged'])} -> {_fmt(summary['last_logged'])}; adapter in {summary['output_dir']}"
+    )
+    return 0
+
+
+def _fmt(entry: dict[str, Any] | None) -> str:
+    return "n/a" if not entry or entry.get("reward") is None else f"{entry['reward']:.3f} (step {entry['step']})"

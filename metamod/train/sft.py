@@ -1,0 +1,171 @@
+"""Optional warm start: a short supervised pass that teaches the moderator's output format before GRPO.
+
+A randomly initialised (tiny) model almost never writes ``CONTINUE`` or ``STOP <answer>...</answer>`` by chance,
+so GRPO would see only zero rewards. The warm start fine-tunes the same LoRA adapter on the outputs of a simple
+heuristic moderator, then GRPO starts from that adapter. Off by default; on in ``configs/train/tiny_sim.yaml``.
+
+Heuristic targets (:func:`heuristic_target`), from the ``answers`` column of the moderator dataset:
+
+* normal round: ``STOP <answer>a</answer>`` when every debater gave a parsable answer and all agree after
+  normalisation (:func:`metamod.tasks.grading.normalize_answer`), else ``CONTINUE``;
+* forced-answer round: ``STOP`` + the majority answer (ties go to the lowest agent index); a row where no debater
+  has a parsable answer gets no target and is skipped.
+
+The heuristic never sees gold or ``eta``: it only fixes the format and a consensus prior, and GRPO then learns
+the rest from the rewards.
+
+>>> heuristic_target(["12", "12.0"], "math", is_final_round=False)
+'STOP <answer>12</answer>'
+>>> heuristic_target(["12", "13"], "math", is_final_round=False)
+'CONTINUE'
+>>> heuristic_target(["12", "13", "13"], "math", is_final_round=True)
+'STOP <answer>13</answer>'
+>>> heuristic_target([None, None], "math", is_final_round=True) is None
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+WARM_START_DIR = "warm_start"
+
+
+def heuristic_target(answers: Sequence[str | None], kind: str, *, is_final_round: bool) -> str | None:
+    """The heuristic moderator's output for one round (see the module docstring).
+
+    Args:
+        answers: each debater's extracted answer (``None`` when unparsable), in agent order.
+        kind: the answer kind, for normalisation.
+        is_final_round: whether this is the forced-answer round.
+
+    Returns:
+        ``"CONTINUE"``, ``"STOP <answer>...</answer>"``, or ``None`` when there is no sensible target.
+    """
+    from metamod.tasks.grading import normalize_answer
+
+    keys = [normalize_answer(a, kind) if a is not None else None for a in answers]
+    parsed = [(k, a) for k, a in zip(keys, answers, strict=True) if k is not None]
+    if not is_final_round:
+        if parsed and len(parsed) == len(answers) and len({k for k, _ in parsed}) == 1:
+            return f"STOP <answer>{str(parsed[0][1]).strip()}</answer>"
+        return "CONTINUE"
+    if not parsed:
+        return None
+    counts = Counter(k for k, _ in parsed)
+    best = max(counts.values())
+    winner = next(a for k, a in parsed if counts[k] == best)
+    return f"STOP <answer>{str(winner).strip()}</answer>"
+
+
+def build_warm_start_dataset(dataset, *, max_examples: int | None = None, seed: int = 0):
+    """Turn moderator-dataset rows into prompt-completion rows with heuristic targets.
+
+    Args:
+        dataset: a ``datasets.Dataset`` with ``prompt``, ``answers``, ``kind`` and (optionally) ``is_final_round``.
+        max_examples: keep at most this many rows (after shuffling with ``seed``).
+        seed: shuffle seed.
+
+    Returns:
+        A ``datasets.Dataset`` with columns ``prompt`` and ``completion`` (conversational).
+    """
+    from datasets import Dataset
+
+    missing = sorted({"prompt", "answers", "kind"} - set(dataset.column_names))
+    if missing:
+        raise ValueError(
+            f"warm start needs dataset columns {missing} (the moderator dataset from `metamod build-dataset` has "
+            f"them); got columns {dataset.column_names}. Set warm_start=false or rebuild the dataset."
+        )
+    finals = dataset["is_final_round"] if "is_final_round" in dataset.column_names else [False] * len(dataset)
+    rows: list[dict[str, Any]] = []
+    for prompt, answers, kind, final in zip(
+        dataset["prompt"], dataset["answers"], dataset["kind"], finals, strict=True
+    ):
+        target = heuristic_target(list(answers), kind, is_final_round=bool(final))
+        if target is not None:
+            rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": target}]})
+    if not rows:
+        raise ValueError("warm start: no row has a heuristic target (no debater answer could be parsed)")
+    out = Dataset.from_list(rows).shuffle(seed=seed)
+    if max_examples is not None and len(out) > max_examples:
+        out = out.select(range(max_examples))
+    stops = sum(r["completion"][0]["content"].startswith("STOP") for r in out)
+    logger.info("Warm start data: %d rows (%d STOP, %d CONTINUE targets)", len(out), stops, len(out) - stops)
+    return out
+
+
+def run_warm_start(
+    *,
+    model_name_or_path: str,
+    peft_config: Any,
+    dataset,
+    output_dir: str | os.PathLike,
+    max_steps: int,
+    learning_rate: float,
+    batch_size: int,
+    max_examples: int | None,
+    max_length: int | None,
+    seed: int,
+    use_cpu: bool,
+    bf16: bool,
+    model_init_kwargs: dict[str, Any] | None = None,
+    tokenizer=None,
+) -> Path:
+    """Fine-tune a fresh LoRA adapter on heuristic targets with ``trl.SFTTrainer`` and save it.
+
+    Args:
+        model_name_or_path: base model folder or Hub id.
+        peft_config: the ``peft.LoraConfig`` GRPO will train (same adapter shape).
+        dataset: the moderator training split.
+        output_dir: where the adapter is saved (``<run>/warm_start``).
+        max_steps: optimiser steps.
+        learning_rate: peak learning rate (constant after 10% warmup).
+        batch_size: per-device batch size.
+        max_examples: cap on warm-start rows.
+        max_length: truncate prompt+completion to this many tokens.
+        seed: seed for shuffling and init.
+        use_cpu, bf16: device settings, as for GRPO.
+        model_init_kwargs: ``from_pretrained`` kwargs (dtype, attn_implementation, ...).
+        tokenizer: tokenizer to use (loaded from the model path when ``None``).
+
+    Returns:
+        The folder holding ``adapter_model.safetensors`` and ``adapter_config.json``.
+    """
+    from trl import SFTConfig, SFTTrainer
+
+    output_dir = Path(output_dir)
+    train = build_warm_start_dataset(dataset, max_examples=max_examples, seed=seed)
+    args = SFTConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=max(1, max_steps // 10),
+        per_device_train_batch_size=batch_size,
+        max_length=max_length,
+        logging_steps=max(1, max_steps // 5),
+        save_strategy="no",
+        report_to="none",
+        seed=seed,
+        use_cpu=use_cpu,
+        bf16=bf16,
+        gradient_checkpointing=False,
+        model_init_kwargs=model_init_kwargs,
+        dataset_num_proc=None,
+    )
+    logger.info("Warm start: %d SFT steps on heuristic moderator targets (lr %g)", max_steps, learning_rate)
+    trainer = SFTTrainer(
+        model=model_name_or_path, args=args, train_dataset=train, processing_class=tokenizer, peft_config=peft_config
+    )
+    result = trainer.train()
+    trainer.save_model(str(output_dir))
+    logger.info("Warm start done: loss %.4f; adapter saved to %s", result.training_loss, output_dir)
+    return output_dir
