@@ -4,7 +4,7 @@ See ``docs/memory.md``. The protocol is in :mod:`metamod.memory.base`, the regis
 :mod:`metamod.memory.registry`, embeddings in :mod:`metamod.memory.embed`.
 """
 
-from metamod.memory.base import ROLES, BaseMemory, Memory, NoMemory, atomic_write_json
+from metamod.memory.base import ROLES, BaseMemory, Memory, NoMemory, atomic_write_json, render_guidance
 from metamod.memory.behaviour_bank import BehaviourBank
 from metamod.memory.embed import EMBEDDERS, Embedder, build_embedder, cosine_top_k
 from metamod.memory.registry import MEMORIES, MemoryConfig, build_memory, build_memory_from_config
@@ -24,4 +24,5 @@ __all__ = [
     "build_memory",
     "build_memory_from_config",
     "cosine_top_k",
+    "render_guidance",
 ]

@@ -5,7 +5,8 @@ The evaluation harness drives every memory the same way::
     for batch in batches(examples, memory_batch_size):
         for example in batch:
             text = memory.guidance(example, "debater")   # "" when there is nothing useful
-            ... solve (debaters / single agent / moderator see ``text`` prepended to their prompt) ...
+            ... solve: a non-empty ``text`` is wrapped in the ``memory_guidance`` template
+                (:func:`render_guidance`) and prepended to the solver's prompt ...
             memory.observe(example, trace, {"correct": ok, "final_answer": answer, "method": method})
         memory.end_batch()                                # consolidate; only now can guidance change
         memory.save(path)                                 # resume point
@@ -20,6 +21,8 @@ Rules every memory follows:
 - **Batch-synchronous.** Observations change guidance only after ``end_batch()``: inside a batch, guidance does
   not depend on which questions of the same batch were already finished, nor in which order (so batched or
   sharded evaluation gives the same results as a sequential loop).
+- **Body only.** ``guidance`` returns the guidance body (e.g. one ``- name: instruction`` line per behaviour);
+  the caller wraps it once in the ``memory_guidance`` template, so every memory is framed the same way.
 - **Saved as JSON** with an atomic write (:func:`atomic_write_json`), so an interrupted run never leaves a torn file.
 
 >>> from metamod.tasks.base import Example
@@ -40,6 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from metamod.prompts import render
 from metamod.tasks.base import Example
 
 logger = logging.getLogger(__name__)
@@ -68,7 +72,10 @@ class Memory(Protocol):
     name: str
 
     def guidance(self, example: Example, role: str) -> str:
-        """Text to show a solver in ``role`` before it answers ``example`` ("" for none). Never reads the gold."""
+        """Guidance body for a solver in ``role`` before it answers ``example`` ("" for none). Never reads the gold.
+
+        The caller wraps a non-empty body with :func:`render_guidance` (the ``memory_guidance`` template).
+        """
         ...
 
     def observe(self, example: Example, trace: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
@@ -86,6 +93,21 @@ class Memory(Protocol):
     def load(self, path: str | os.PathLike) -> None:
         """Replace the state with the one saved at ``path``."""
         ...
+
+
+def render_guidance(guidance: str) -> str:
+    """Wrap a memory's guidance body in the ``memory_guidance`` template ("" stays "").
+
+    Callers prepend the result (plus a blank line) to the solver's prompt.
+
+    >>> render_guidance("")
+    ''
+    >>> print(render_guidance("- check-units: convert units first."))
+    Guidance from earlier problems (use it only where it applies):
+    - check-units: convert units first.
+    """
+    body = (guidance or "").strip()
+    return render("memory_guidance", guidance=body) if body else ""
 
 
 def check_role(role: str) -> str:

@@ -3,7 +3,8 @@
 Each finished question is distilled into a few short behaviours (``name: instruction``, see
 :mod:`metamod.memory.distill`). A behaviour remembers the questions it came from (its *keys*); a new question
 retrieves the behaviours whose keys are most similar to it (cosine similarity of embeddings, top-k above a
-threshold, restricted to the asking role), rendered with the ``memory_guidance`` template.
+threshold, restricted to the asking role), returned as ``- name: instruction`` lines (the caller wraps them in the
+``memory_guidance`` template, see :func:`metamod.memory.base.render_guidance`).
 
 Life cycle:
 
@@ -24,7 +25,7 @@ Life cycle:
 ''
 >>> bank.end_batch()
 >>> new = Example(id="b", question="Sam has 4 boxes of 12 pens. How many pens?", gold="48", kind="math")
->>> print(bank.guidance(new, "single").splitlines()[1])
+>>> print(bank.guidance(new, "single").splitlines()[0])
 - answer-format: End every response with exactly one final answer inside <answer></answer> tags; an answer that cannot be parsed counts as wrong.
 """
 
@@ -41,7 +42,6 @@ import numpy as np
 from metamod.memory.base import BaseMemory, check_outcome, check_role
 from metamod.memory.distill import LLMDistiller, RuleDistiller, trace_facts
 from metamod.memory.embed import Embedder, build_embedder, top_k_scores
-from metamod.prompts import render
 from metamod.tasks.base import Example
 
 logger = logging.getLogger(__name__)
@@ -200,8 +200,7 @@ class BehaviourBank(BaseMemory):
         uids = self._served[key]
         if not uids:
             return ""
-        lines = "\n".join(f"- {self._by_uid[uid].text}" for uid in uids)
-        return render("memory_guidance", guidance=lines)
+        return "\n".join(f"- {self._by_uid[uid].text}" for uid in uids)
 
     def observe(self, example: Example, trace: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
         """Queue a gold-free record of the finished question; it joins the bank at the next ``end_batch``."""

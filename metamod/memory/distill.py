@@ -283,23 +283,34 @@ class RuleDistiller:
             )
         right = f.get("right_at_start") or []
         if correct and f.get("split_at_start") and right:
-            who = ", ".join(f"Agent {i + 1}" for i in right)
-            out.append(
-                (
-                    "back-the-derivation",
-                    f"The agents disagreed in the first round and {who} of {f['num_agents']} had the right answer "
-                    "from the start; prefer the answer whose derivation is complete and checkable over the majority.",
-                    DECIDER_ROLES,
+            # Which agents were right is kept in the facts (and the LLM distiller's summary); the rule text stays
+            # generic (minority vs majority) because agent-specific variants would be merged as near-duplicates.
+            if 2 * len(right) < f["num_agents"]:
+                out.append(
+                    (
+                        "back-the-derivation",
+                        "In a first-round split, a minority of the agents had the right answer and won; prefer the "
+                        "answer whose derivation is complete and checkable over the number of votes.",
+                        DECIDER_ROLES,
+                    )
                 )
-            )
-            out.append(
-                (
-                    "argue-with-steps",
-                    "When agents disagree, show the full derivation of your answer so that the others can check it; "
-                    "a well-argued answer won a split debate on a similar question.",
-                    SOLVER_ROLES,
+                out.append(
+                    (
+                        "argue-with-steps",
+                        "When you disagree with the majority, show the full derivation of your answer so that the "
+                        "others can check it; a well-argued minority answer was right on a similar question.",
+                        SOLVER_ROLES,
+                    )
                 )
-            )
+            else:
+                out.append(
+                    (
+                        "let-splits-resolve",
+                        "When the agents split in the first round, let the debate continue until the split resolves; "
+                        "the first-round majority held the right answer on a similar question.",
+                        DECIDER_ROLES,
+                    )
+                )
         return out
 
 
