@@ -102,6 +102,8 @@ def test_unknown_role_and_bad_outcome_fail_clearly():
         bank.observe(e, AGREE, {"correct": True, "final_answer": "7"})
     with pytest.raises(ValueError, match="must be a bool"):
         bank.observe(e, AGREE, {"correct": 1, "final_answer": "7", "method": "x"})
+    with pytest.raises(ValueError, match="'rounds' must be a list"):
+        bank.observe(e, {"rounds": "oops"}, outcome(True, "7"))
     with pytest.raises(ValueError, match="round 0 needs a non-empty 'responses'"):
         bank.observe(e, {"rounds": [{"round": 0, "responses": []}]}, outcome(True, "7"))
 
@@ -309,6 +311,9 @@ def test_rule_distiller_patterns():
     assert names(majority, outcome(True, "4")) == ["stop-at-agreement", "keep-agreed-answer", "let-splits-resolve"]
     assert names(SINGLE_BAD, outcome(False, None, "cot")) == ["answer-format", "decision-format", "recheck-steps"]
     assert names({"answer": "3"}, outcome(True, "3", "cot")) == ["direct-derivation"]
+    # the evaluation harness's single-agent record shape
+    harness_single = {"id": "q", "rounds": [], "single": {"final_answer": "3", "correct": False}}
+    assert names(harness_single, outcome(False, "3", "single_cot")) == ["recheck-steps"]
 
 
 class FakeGenerator:

@@ -62,8 +62,8 @@ def trace_facts(trace: Mapping[str, Any], outcome: Mapping[str, Any]) -> dict[st
     """Observable facts of a finished question (no gold text; correctness only as flags).
 
     Args:
-        trace: a debate trace dict (has ``rounds``) or a single-agent record (any dict without ``rounds``; its
-            optional ``answer`` is read).
+        trace: a debate trace dict (non-empty ``rounds``) or a single-agent record (any dict whose ``rounds`` is
+            missing or empty, e.g. the harness's ``{"id", "rounds": [], "single": {...}}``).
         outcome: at least ``correct`` (bool), ``final_answer`` (str or None) and ``method``.
 
     Returns:
@@ -76,11 +76,11 @@ def trace_facts(trace: Mapping[str, Any], outcome: Mapping[str, Any]) -> dict[st
         "final_unparsable": final is None,
     }
     rounds = trace.get("rounds")
-    if rounds is None:
+    if not rounds:
         facts["kind"] = "single"
         return facts
-    if not isinstance(rounds, Sequence) or not rounds:
-        raise ValueError(f"trace {trace.get('id')!r}: 'rounds' must be a non-empty list of rounds, got {rounds!r}")
+    if not isinstance(rounds, Sequence) or isinstance(rounds, str):
+        raise ValueError(f"trace {trace.get('id')!r}: 'rounds' must be a list of rounds, got {type(rounds).__name__}")
     answers: list[list[str | None]] = []
     etas: list[int | None] = []
     for t, rnd in enumerate(rounds):
