@@ -1,0 +1,399 @@
+"""``metamod rollout`` (debate traces) and ``metamod merge-shards``.
+
+``metamod rollout --config configs/rollout/sim_arith.yaml`` streams examples from one or more tasks, runs the
+round-synchronous debate engine with simulated or LLM debaters and appends one trace per question to
+``<output_dir>/traces.jsonl`` (``traces.shard-i-of-K.jsonl`` when sharded). Every line is flushed as it is written,
+so Ctrl-C or a crash leaves a readable file; rerunning the same command resumes, skipping finished ids. The
+resolved config and a summary (eta rate per round, coverage, throughput) are saved next to the traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from metamod.config import ConfigError, config_to_dict, parse_config, save_resolved_config
+from metamod.rollout.debate import DebateItem, DebateStats, run_debates
+from metamod.rollout.debaters import DebaterGroup, LLMDebaters
+from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig
+from metamod.rollout.traces import (
+    TraceWriter,
+    check_shard_args,
+    in_shard,
+    merge_shards,
+    read_traces,
+    shard_filename,
+)
+from metamod.tasks import TaskConfig
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "rollout_config.yaml"
+# Keys that may change between a run and its resumption without changing the traces.
+_RESUME_FREE_KEYS = {"output_dir", "resume", "overwrite", "progress", "batch_questions", "num_shards", "shard_index"}
+
+
+def _as_list(value: Any, name: str) -> list | None:
+    """A YAML list, or a JSON list given on the command line (``--debaters '[{...}]'``)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith(("[", "{")):
+            return None
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{name} must be a YAML list or a JSON list, got {text[:80]!r}: {err}") from err
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"{name} must be a list of mappings, got {value!r:.120}")
+    return value
+
+
+@dataclass
+class RolloutConfig:
+    """How to run the debates and where the traces go (the task block is :class:`~metamod.tasks.TaskConfig`)."""
+
+    debaters: str = field(
+        default="simulated",
+        metadata={
+            "help": "'simulated' (arith-aware stochastic debaters, CPU), or a list of backend configs (YAML list of "
+            "mappings with metamod.llm.BackendConfig keys, e.g. [{backend: vllm, model: ...}]; JSON on the command "
+            "line): one entry used by every agent, or one entry per agent."
+        },
+    )
+    num_agents: int = field(default=2, metadata={"help": "N, the number of debaters (>= 2)."})
+    max_rounds: int = field(default=5, metadata={"help": "T_max, the number of debate rounds (rounds 0..T_max-1)."})
+    temperature: float = field(default=0.7, metadata={"help": "LLM debaters: sampling temperature (0 = greedy)."})
+    top_p: float = field(default=1.0, metadata={"help": "LLM debaters: nucleus sampling mass."})
+    max_tokens: int = field(default=512, metadata={"help": "LLM debaters: max new tokens per response."})
+    seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "LLM debaters: sampling seed (None: unseeded). With a seed, agents sharing a backend get "
+            "seed + agent and separate batched calls, so identical round-0 prompts do not give identical samples."
+        },
+    )
+    confidence: bool = field(
+        default=False, metadata={"help": "Ask debaters for a confidence estimate (the confidence_instruction prompt)."}
+    )
+    tasks: str | None = field(
+        default=None,
+        metadata={
+            "help": "Several tasks in one rollout: a YAML list of TaskConfig mappings (e.g. [{task: gsm8k, "
+            "task_split: train, task_limit: 500}, ...]); replaces the single task block when set."
+        },
+    )
+    tiny_model_dir: str | None = field(
+        default=None,
+        metadata={"help": "Build the offline tiny model in this folder first when it is missing (CPU smoke runs)."},
+    )
+    output_dir: str = field(default="runs/rollout", metadata={"help": "Folder for traces, config and summary."})
+    num_shards: int = field(default=1, metadata={"help": "Split the examples into this many shards (K)."})
+    shard_index: int = field(default=0, metadata={"help": "Which shard this process runs (0..K-1)."})
+    shard_by: str = field(
+        default="hash", metadata={"help": "Shard assignment: 'hash' (stable hash of the id) or 'position'."}
+    )
+    batch_questions: int = field(
+        default=256, metadata={"help": "Questions per engine chunk (bounds memory; traces are written per chunk)."}
+    )
+    resume: bool = field(
+        default=True, metadata={"help": "Append to an existing traces file, skipping finished ids."}
+    )
+    overwrite: bool = field(default=False, metadata={"help": "Delete existing traces in output_dir and start over."})
+    progress: bool = field(default=True, metadata={"help": "Show a tqdm progress bar."})
+
+    def __post_init__(self) -> None:
+        if self.num_agents < 2:
+            raise ConfigError(f"num_agents must be >= 2 (a debate needs two debaters), got {self.num_agents}")
+        if self.max_rounds < 1:
+            raise ConfigError(f"max_rounds must be >= 1, got {self.max_rounds}")
+        if self.batch_questions < 1:
+            raise ConfigError(f"batch_questions must be >= 1, got {self.batch_questions}")
+        if self.shard_by not in ("hash", "position"):
+            raise ConfigError(f"shard_by must be 'hash' or 'position', got {self.shard_by!r}")
+        try:
+            check_shard_args(self.num_shards, self.shard_index)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        if isinstance(self.debaters, str) and self.debaters.strip() != "simulated" and _as_list(
+            self.debaters, "debaters"
+        ) is None:
+            raise ConfigError(
+                f"debaters must be 'simulated' or a list of backend configs, got {self.debaters!r}; e.g. "
+                "debaters: [{backend: hf, model: runs/tiny-model}]"
+            )
+        specs = self.backend_specs()
+        if specs is not None and len(specs) not in (1, self.num_agents):
+            raise ConfigError(
+                f"debaters lists {len(specs)} backend configs for num_agents={self.num_agents}; give one (shared by "
+                "every agent) or one per agent"
+            )
+        _as_list(self.tasks, "tasks")
+
+    def is_simulated(self) -> bool:
+        return isinstance(self.debaters, str) and self.debaters.strip() == "simulated"
+
+    def backend_specs(self) -> list[dict] | None:
+        """The backend config mappings (``None`` for simulated debaters)."""
+        return None if self.is_simulated() else _as_list(self.debaters, "debaters")
+
+    def task_configs(self, single: TaskConfig) -> list[TaskConfig]:
+        """The tasks to run: the ``tasks`` list when set, else the single task block."""
+        entries = _as_list(self.tasks, "tasks")
+        if not entries:
+            return [single]
+        valid = [f.name for f in dataclasses.fields(TaskConfig)]
+        configs = []
+        for i, entry in enumerate(entries):
+            unknown = sorted(set(entry) - set(valid))
+            if unknown:
+                raise ConfigError(f"tasks[{i}]: unknown key(s) {unknown}; valid keys: {', '.join(valid)}")
+            configs.append(TaskConfig(**entry))
+        return configs
+
+
+# --------------------------------------------------------------------------------------------- building
+
+
+def build_debaters(config: RolloutConfig, sim_config: SimulationConfig) -> list[DebaterGroup]:
+    """One debater group per agent (agents with the same backend config share a group and a generator).
+
+    Args:
+        config: the rollout config.
+        sim_config: simulation parameters (used when ``config.debaters == "simulated"``).
+
+    Returns:
+        ``num_agents`` groups, agent order.
+
+    Raises:
+        ConfigError: unknown backend-config keys.
+        FileNotFoundError: a local model folder that does not exist.
+    """
+    if config.is_simulated():
+        sim = SimulatedDebaters(sim_config)
+        return [sim] * config.num_agents
+    from metamod.llm import BackendConfig, SamplingConfig, build_generator
+    from metamod.llm.hf import looks_local
+
+    specs = config.backend_specs() or []
+    if len(specs) == 1:
+        specs = specs * config.num_agents
+    valid = [f.name for f in dataclasses.fields(BackendConfig)]
+    backend_configs = []
+    for i, spec in enumerate(specs):
+        unknown = sorted(set(spec) - set(valid))
+        if unknown:
+            raise ConfigError(f"debaters[{i}]: unknown key(s) {unknown}; valid BackendConfig keys: {', '.join(valid)}")
+        backend_config = BackendConfig(**spec)
+        if backend_config.backend in ("hf", "vllm") and looks_local(backend_config.model):
+            if not Path(backend_config.model).expanduser().is_dir():
+                raise FileNotFoundError(
+                    f"debaters[{i}]: model folder {backend_config.model!r} does not exist; give an existing folder, a "
+                    "Hub id (org/name), or set tiny_model_dir to that folder to build the offline tiny model"
+                )
+        backend_configs.append(backend_config)
+    generators: dict[str, Any] = {}
+    groups: dict[str, LLMDebaters] = {}
+    out: list[DebaterGroup] = []
+    for agent, backend_config in enumerate(backend_configs):
+        key = json.dumps(dataclasses.asdict(backend_config), sort_keys=True, default=str)
+        if key not in generators:
+            generators[key] = build_generator(backend_config)
+        seed = None if config.seed is None else config.seed + agent
+        group_key = key if seed is None else f"{key}#agent{agent}"
+        if group_key not in groups:
+            sampling = SamplingConfig(
+                temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, seed=seed
+            )
+            groups[group_key] = LLMDebaters(
+                generators[key], sampling, backend=backend_config.backend, confidence=config.confidence,
+                settings={"adapter": backend_config.adapter} if backend_config.adapter else None,
+            )
+        out.append(groups[group_key])
+    return out
+
+
+def _task_stream(task_configs: list[TaskConfig]) -> Iterator[DebateItem]:
+    """Examples of every task in order; ``index`` counts across tasks."""
+    position = 0
+    for task_config in task_configs:
+        task = task_config.load()
+        for example in task.examples():
+            yield DebateItem(example, position, task_config.task)
+            position += 1
+
+
+def _check_resume(output_dir: Path, resolved: dict[str, Any]) -> None:
+    saved_path = output_dir / CONFIG_FILE
+    if not saved_path.is_file():
+        return
+    saved = yaml.safe_load(saved_path.read_text()) or {}
+    differ = sorted(
+        k for k in set(saved) | set(resolved) if k not in _RESUME_FREE_KEYS and saved.get(k) != resolved.get(k)
+    )
+    if differ:
+        raise ConfigError(
+            f"{output_dir} holds traces from a run with different settings ({', '.join(differ)}); resuming would mix "
+            "them. Use another output_dir, or overwrite=true to start over"
+        )
+
+
+def rollout(
+    *,
+    task_config: TaskConfig,
+    config: RolloutConfig,
+    sim_config: SimulationConfig,
+    stop_hook: Any = None,
+) -> dict[str, Any]:
+    """Run (or resume) a rollout and return its summary.
+
+    Args:
+        task_config: the task block (ignored when ``config.tasks`` is set).
+        config: the rollout settings.
+        sim_config: simulation parameters for simulated debaters.
+        stop_hook: optional engine stop hook (see :func:`metamod.rollout.debate.run_debates`).
+
+    Returns:
+        The summary dict (also written to ``summary*.json`` in the output folder).
+    """
+    task_configs = config.task_configs(task_config)
+    output_dir = Path(config.output_dir)
+    traces_path = output_dir / shard_filename(config.num_shards, config.shard_index)
+    resolved = config_to_dict(task_config, config, sim_config)
+    if config.overwrite and traces_path.exists():
+        traces_path.unlink()
+    if traces_path.exists() and not config.resume:
+        raise ConfigError(f"{traces_path} exists; set resume=true to continue it or overwrite=true to start over")
+    if traces_path.exists():
+        _check_resume(output_dir, resolved)
+    if config.tiny_model_dir:
+        from metamod.llm.tiny import ensure_tiny_model
+
+        ensure_tiny_model(config.tiny_model_dir)
+    debaters = build_debaters(config, sim_config)  # fails early on bad backends / missing model folders
+    save_resolved_config(output_dir / CONFIG_FILE, task_config, config, sim_config)
+
+    writer = TraceWriter(traces_path, resume=True)
+    done = set(writer.done_ids)
+    if done:
+        logger.info("resuming %s: %d debate(s) already done", traces_path, len(done))
+    items = (
+        item
+        for item in _task_stream(task_configs)
+        if item.example.id not in done
+        and in_shard(item.example.id, item.index, num_shards=config.num_shards, shard_index=config.shard_index,
+                     by=config.shard_by)
+    )
+    stats = DebateStats()
+    interrupted = False
+    try:
+        for trace in run_debates(items, debaters, max_rounds=config.max_rounds, stop_hook=stop_hook,
+                                 batch_questions=config.batch_questions, stats=stats, progress=config.progress):
+            writer.write(trace)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        writer.close()
+        summary = {
+            "simulated": config.is_simulated(),
+            "traces_file": str(traces_path),
+            "skipped_done": len(done),
+            "interrupted": interrupted,
+            **stats.summary(),
+            "total_traces": len(writer.done_ids),
+        }
+        suffix = "" if config.num_shards == 1 else f".shard-{config.shard_index}-of-{config.num_shards}"
+        (output_dir / f"summary{suffix}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    label = " (simulated debaters)" if summary["simulated"] else ""
+    print(f"rollout{label}: {summary['questions']} new debates ({summary['skipped_done']} already done) "
+          f"-> {summary['traces_file']}")
+    print(f"  debate-rounds {summary['debate_rounds']}, tokens {summary['prompt_tokens'] + summary['completion_tokens']}"
+          f", {summary['questions_per_s']} q/s, {summary['tokens_per_s']} tok/s")
+    print(f"  eta rate by round  {summary['eta_rate_by_round']}")
+    print(f"  agent accuracy     {summary['agent_accuracy_by_round']}")
+    print(f"  coverage           {summary['coverage']}   calls {summary['calls_per_backend']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``metamod rollout --config configs/rollout/sim_arith.yaml [--key value ...]``."""
+    task_config, config, sim_config = parse_config(
+        [TaskConfig, RolloutConfig, SimulationConfig], argv, prog="metamod rollout"
+    )
+    summary = rollout(task_config=task_config, config=config, sim_config=sim_config)
+    _print_summary(summary)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- merge
+
+
+@dataclass
+class MergeConfig:
+    """Inputs and output of ``metamod merge-shards``."""
+
+    inputs: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Shard files, or one folder holding traces.shard-*-of-*.jsonl files."},
+    )
+    output: str = field(default="", metadata={"help": "Merged traces file (e.g. runs/x/traces.jsonl)."})
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise ConfigError("merge-shards needs inputs: shard files or a folder with traces.shard-*-of-*.jsonl")
+        if not self.output:
+            raise ConfigError("merge-shards needs output, e.g. --output runs/x/traces.jsonl")
+
+
+def shard_files(inputs: list[str]) -> list[Path]:
+    """Expand folders to their ``traces.shard-*-of-*.jsonl`` files and check that no shard of K is missing."""
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(path.glob("traces.shard-*-of-*.jsonl"))
+            if not found:
+                raise FileNotFoundError(f"{path} holds no traces.shard-*-of-*.jsonl files")
+            files.extend(found)
+        else:
+            files.append(path)
+    by_k: dict[int, set[int]] = {}
+    for f in files:
+        parts = f.name.split(".")
+        if len(parts) == 3 and parts[1].startswith("shard-"):
+            _, i, _, k = parts[1].split("-")
+            by_k.setdefault(int(k), set()).add(int(i))
+    for k, seen in by_k.items():
+        missing = sorted(set(range(k)) - seen)
+        if missing:
+            raise FileNotFoundError(f"shard file(s) {missing} of {k} missing among the inputs; run them or list them")
+    return files
+
+
+def merge_main(argv: list[str] | None = None) -> int:
+    """``metamod merge-shards --inputs runs/x --output runs/x/traces.jsonl``."""
+    (config,) = parse_config([MergeConfig], argv, prog="metamod merge-shards")
+    files = shard_files(config.inputs)
+    counts = merge_shards(files, config.output)
+    num = sum(1 for _ in read_traces(config.output, validate=False))
+    print(f"merged {counts['inputs']} file(s) -> {config.output}: {num} traces "
+          f"({counts['duplicates']} duplicate(s) dropped)")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

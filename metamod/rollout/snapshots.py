@@ -1,0 +1,292 @@
+"""Traces -> the moderator dataset: one row per (question, round) with the moderator prompt and its ``eta`` label.
+
+The prompt is built ONLY by :func:`metamod.rollout.state.moderator_messages` (the same function the evaluation's
+moderator uses), with the forced-answer variant at the final round of a full-length debate. Questions are split
+into train/validation by a deterministic hash of their id, so no question lands in both splits.
+
+``metamod build-dataset --traces runs/sim_arith/traces.jsonl --output_dir data/moderator``
+
+>>> rows = snapshot_rows(example_trace("q1"))
+>>> rows[0]["eta"], rows[0]["round"], rows[0]["is_final_round"], rows[0]["answers"]
+(1, 0, True, ['4', '5'])
+>>> rows[0]["prompt"][0]["content"].count("Agent ")
+2
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metamod.config import ConfigError, parse_config, save_resolved_config
+from metamod.rollout.state import moderator_messages
+from metamod.rollout.traces import example_trace, read_traces, validate_trace  # noqa: F401 (example_trace: doctest)
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = ("prompt", "eta", "gold", "kind", "round", "is_final_round", "id", "task", "answers", "num_agents",
+           "simulated", "choices")
+
+
+def dataset_features():
+    """The ``datasets.Features`` of the moderator dataset (fixed, so empty splits and ``None`` answers load back)."""
+    from datasets import Features, List, Value
+
+    return Features({
+        "prompt": List({"role": Value("string"), "content": Value("string")}),
+        "eta": Value("int64"),
+        "gold": Value("string"),
+        "kind": Value("string"),
+        "round": Value("int64"),
+        "is_final_round": Value("bool"),
+        "id": Value("string"),
+        "task": Value("string"),
+        "answers": List(Value("string")),
+        "num_agents": Value("int64"),
+        "simulated": Value("bool"),
+        "choices": List(Value("string")),
+    })
+
+
+def is_validation(example_id: str, *, fraction: float, seed: int = 0) -> bool:
+    """Whether a question id belongs to the validation split (a stable hash; independent of the other ids).
+
+    >>> is_validation("q1", fraction=0.0), is_validation("q1", fraction=1.0)
+    (False, True)
+    """
+    return _unit_hash(example_id, seed) < fraction
+
+
+def _unit_hash(example_id: str, seed: int) -> float:
+    digest = hashlib.sha256(f"{seed}:{example_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def snapshot_rows(trace: dict, *, max_rounds: int | None = None) -> list[dict[str, Any]]:
+    """The moderator rows of one debate: one per round (up to ``max_rounds``).
+
+    ``is_final_round`` is true at round ``T_max - 1`` of a debate that ran its full budget: with ``max_rounds``
+    given, ``T_max = max_rounds`` (longer debates are truncated); otherwise only a debate that ended with
+    ``stop_reason == "max_rounds"`` has a final round (its last one).
+
+    Args:
+        trace: a schema-valid trace.
+        max_rounds: optional T_max for the dataset.
+
+    Returns:
+        Row dicts with the columns of :data:`COLUMNS`.
+    """
+    rounds = trace["rounds"]
+    if max_rounds is not None:
+        rounds = rounds[:max_rounds]
+        final_index = max_rounds - 1
+    else:
+        final_index = trace["num_rounds"] - 1 if trace["stop_reason"] == "max_rounds" else -1
+    rows = []
+    for rnd in rounds:
+        t = rnd["round"]
+        responses = [r["text"] for r in rnd["responses"]]
+        final = t == final_index
+        rows.append({
+            "prompt": moderator_messages(trace["question"], responses, final=final),
+            "eta": int(rnd["eta"]),
+            "gold": trace["gold"],
+            "kind": trace["kind"],
+            "round": t,
+            "is_final_round": final,
+            "id": trace["id"],
+            "task": trace["task"],
+            "answers": [r["answer"] for r in rnd["responses"]],
+            "num_agents": len(rnd["responses"]),
+            "simulated": bool(trace["simulated"]),
+            "choices": list(trace["choices"]) if trace.get("choices") else None,
+        })
+    return rows
+
+
+def _trace_files(traces: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    items = [traces] if isinstance(traces, (str, os.PathLike)) else list(traces)
+    files = []
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            path = path / "traces.jsonl"
+        if not path.is_file():
+            raise FileNotFoundError(f"traces file not found: {path} (run `metamod rollout` first, or merge shards)")
+        files.append(path)
+    if not files:
+        raise ValueError("build_dataset needs at least one traces file")
+    return files
+
+
+def _round_rates(rows: Iterable[dict]) -> tuple[list[float], int, int]:
+    eta: dict[int, list[int]] = {}
+    covered: dict[str, int] = {}
+    for row in rows:
+        eta.setdefault(row["round"], []).append(row["eta"])
+        covered[row["id"]] = max(covered.get(row["id"], 0), row["eta"])
+    rates = [round(sum(v) / len(v), 4) for _, v in sorted(eta.items())]
+    return rates, sum(covered.values()), len(covered)
+
+
+def build_dataset(
+    traces_path: str | os.PathLike | Sequence[str | os.PathLike],
+    output_dir: str | os.PathLike | None,
+    *,
+    validation_fraction: float = 0.1,
+    seed: int = 0,
+    max_rounds: int | None = None,
+    push_to_hub: bool = False,
+    repo_id: str | None = None,
+    private: bool = True,
+):
+    """Build the moderator dataset from traces and save it with ``save_to_disk``.
+
+    Args:
+        traces_path: a ``traces.jsonl`` file, a folder holding one, or a list of them (ids de-duplicated).
+        output_dir: where to save the ``DatasetDict`` (``None``: do not save).
+        validation_fraction: share of QUESTIONS in the validation split (0 <= f < 1).
+        seed: salt of the id hash that assigns questions to splits.
+        max_rounds: optional T_max (truncate longer debates; the last kept round is the forced-answer round).
+        push_to_hub: also push to the Hugging Face Hub under ``repo_id``.
+        repo_id: Hub dataset repo (``user/name``), required with ``push_to_hub``.
+        private: create the Hub repo as private.
+
+    Returns:
+        ``datasets.DatasetDict`` with ``train`` and ``validation`` splits; ``.info_summary`` (a dict attribute)
+        holds counts, eta rate per round, coverage and skipped ids.
+
+    Raises:
+        FileNotFoundError: for a missing traces file.
+        TraceError: for a corrupt or schema-invalid trace (naming file:line and field).
+        ValueError: for bad arguments.
+    """
+    from datasets import Dataset, DatasetDict
+
+    if not 0.0 <= validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+    if max_rounds is not None and max_rounds < 1:
+        raise ValueError(f"max_rounds must be >= 1 or None, got {max_rounds}")
+    if push_to_hub and not repo_id:
+        raise ValueError("push_to_hub needs repo_id (e.g. your-name/metamod-moderator-data)")
+    files = _trace_files(traces_path)
+    splits: dict[str, list[dict]] = {"train": [], "validation": []}
+    seen: set[str] = set()
+    skipped: list[str] = []
+    duplicates = 0
+    first_by_hash: tuple[float, str] | None = None
+    for path in files:
+        for number, trace in enumerate(read_traces(path, validate=False), start=1):
+            tid = str(trace.get("id", f"{path}:{number}"))
+            if not isinstance(trace.get("question"), str) or not trace.get("question", "").strip() or \
+                    not isinstance(trace.get("gold"), str) or not trace.get("gold", "").strip():
+                skipped.append(tid)
+                continue
+            validate_trace(trace, f"{path}: trace {tid!r}")
+            if tid in seen:
+                duplicates += 1
+                continue
+            seen.add(tid)
+            split = "validation" if is_validation(tid, fraction=validation_fraction, seed=seed) else "train"
+            splits[split].extend(snapshot_rows(trace, max_rounds=max_rounds))
+            key = (_unit_hash(tid, seed), tid)
+            if first_by_hash is None or key < first_by_hash:
+                first_by_hash = key
+    if skipped:
+        logger.warning("skipped %d trace(s) without question or gold: %s", len(skipped), ", ".join(skipped[:20]))
+    if duplicates:
+        logger.warning("dropped %d duplicate trace id(s) across inputs", duplicates)
+    # tiny sets: keep at least one validation question when a validation split was asked for
+    if validation_fraction > 0 and not splits["validation"] and len(seen) >= 2 and first_by_hash is not None:
+        moved = first_by_hash[1]
+        splits["validation"] = [r for r in splits["train"] if r["id"] == moved]
+        splits["train"] = [r for r in splits["train"] if r["id"] != moved]
+    features = dataset_features()
+    dataset = DatasetDict({
+        name: Dataset.from_list(rows, features=features) if rows else Dataset.from_dict(
+            {c: [] for c in features}, features=features)
+        for name, rows in splits.items()
+    })
+    all_rows = splits["train"] + splits["validation"]
+    rates, covered, questions = _round_rates(all_rows)
+    summary = {
+        "questions": questions,
+        "rows": {name: len(rows) for name, rows in splits.items()},
+        "questions_by_split": {name: len({r["id"] for r in rows}) for name, rows in splits.items()},
+        "eta_rate_by_round": rates,
+        "coverage": round(covered / questions, 4) if questions else None,
+        "simulated": any(r["simulated"] for r in all_rows),
+        "skipped_ids": skipped,
+        "duplicates": duplicates,
+        "sources": [str(p) for p in files],
+    }
+    if output_dir is not None:
+        output_dir = Path(output_dir)
+        dataset.save_to_disk(str(output_dir))
+        (output_dir / "build_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if push_to_hub:
+        dataset.push_to_hub(repo_id, private=private)
+    dataset.info_summary = summary
+    return dataset
+
+
+@dataclass
+class DatasetConfig:
+    """Options of ``metamod build-dataset``."""
+
+    traces: list[str] = field(
+        default_factory=list,
+        metadata={"help": "traces.jsonl file(s), or rollout output folder(s) holding traces.jsonl."},
+    )
+    output_dir: str = field(default="data/moderator", metadata={"help": "Where to save the DatasetDict."})
+    validation_fraction: float = field(
+        default=0.1, metadata={"help": "Share of questions (not rows) in the validation split, in [0, 1)."}
+    )
+    split_seed: int = field(default=0, metadata={"help": "Salt of the id hash that assigns questions to splits."})
+    max_rounds: int | None = field(
+        default=None,
+        metadata={"help": "T_max of the dataset (None: the debates' own; longer debates are truncated)."},
+    )
+    push_to_hub: bool = field(default=False, metadata={"help": "Also push the dataset to the Hugging Face Hub."})
+    repo_id: str | None = field(default=None, metadata={"help": "Hub dataset repo id (user/name) for push_to_hub."})
+    private: bool = field(default=True, metadata={"help": "Create the Hub repo as private."})
+
+    def __post_init__(self) -> None:
+        if not self.traces:
+            raise ConfigError("build-dataset needs traces: --traces runs/sim_arith/traces.jsonl")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ConfigError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        if self.push_to_hub and not self.repo_id:
+            raise ConfigError("push_to_hub needs repo_id, e.g. --repo_id your-name/metamod-moderator-data")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``metamod build-dataset --traces runs/sim_arith --output_dir data/moderator``."""
+    (config,) = parse_config([DatasetConfig], argv, prog="metamod build-dataset")
+    dataset = build_dataset(
+        config.traces,
+        config.output_dir,
+        validation_fraction=config.validation_fraction,
+        seed=config.split_seed,
+        max_rounds=config.max_rounds,
+        push_to_hub=config.push_to_hub,
+        repo_id=config.repo_id,
+        private=config.private,
+    )
+    save_resolved_config(Path(config.output_dir) / "build_dataset_config.yaml", config)
+    s = dataset.info_summary
+    label = " (simulated debates)" if s["simulated"] else ""
+    print(f"moderator dataset{label} -> {config.output_dir}")
+    print(f"  questions {s['questions']} (train {s['questions_by_split']['train']}, "
+          f"validation {s['questions_by_split']['validation']}); rows {s['rows']}")
+    print(f"  eta rate by round {s['eta_rate_by_round']}")
+    print(f"  coverage (eta=1 at some round) {s['coverage']}")
+    if s["skipped_ids"]:
+        print(f"  skipped {len(s['skipped_ids'])} trace(s) without question/gold: {', '.join(s['skipped_ids'][:10])}")
+    return 0
