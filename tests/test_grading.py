@@ -249,3 +249,21 @@ def test_grading_in_a_plain_thread():
     thread.start()
     thread.join(timeout=60)
     assert out == {"value": True}
+
+
+@pytest.mark.parametrize(
+    "prediction",
+    [
+        "9^9^9^9^9",
+        "10^{10^{10^{10}}}",
+        "(x+1)^{100000}",
+        "2**(2**(2**10))",
+        "(10^{100})!",
+        "999999999999!",
+        "1e999999999",
+    ],
+)
+def test_pathological_math_returns_quickly_off_the_main_thread(prediction):
+    """Off the main thread math-verify has no timeout, so inputs that make sympy build huge numbers are refused."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(is_equivalent, prediction, "5", "math").result(timeout=30) is False

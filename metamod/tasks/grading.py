@@ -43,6 +43,11 @@ _THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _ANSWER_PREFIX_RE = re.compile(
     r"^(?:(?:the\s+)?(?:final\s+|correct\s+)?answer(?:\s+is)?|option|choice)\s*[:：]?\s*", re.IGNORECASE
 )
+# Inputs that make sympy compute huge integers (exponent towers, big powers, big factorials); without the
+# main-thread alarm nothing could interrupt them, so they are refused before parsing.
+_NESTED_POWER_RE = re.compile(r"(\^|\*\*)\s*(\{[^{}]*|\([^()]*|[\w.]+\s*)(\^|\*\*)")
+_BIG_EXPONENT_RE = re.compile(r"(\^|\*\*)\s*[{(]?\s*\d{5,}")
+_BIG_FACTORIAL_RE = re.compile(r"(\d{4,}\s*!|!\s*!|\)\s*!|\}\s*!)")
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
 
@@ -291,6 +296,17 @@ def _wrap_latex(text: str) -> str:
     return text if "$" in text or "\\(" in text or "\\[" in text else f"${text}$"
 
 
+def _too_costly(text: str) -> bool:
+    """Whether sympy could spend unbounded time on ``text`` (exponent towers, 5+ digit exponents, big factorials).
+
+    >>> _too_costly("9^9^9"), _too_costly("10^{10^{10}}"), _too_costly("2^{100000}"), _too_costly("(2^{10})!")
+    (True, True, True, True)
+    >>> _too_costly("2^{10} + x^2"), _too_costly("x^2+y^2"), _too_costly("5!"), _too_costly("\\frac{3^4}{2}")
+    (False, False, False, False)
+    """
+    return bool(_NESTED_POWER_RE.search(text) or _BIG_EXPONENT_RE.search(text) or _BIG_FACTORIAL_RE.search(text))
+
+
 def _math_verify_equal(candidate: str, gold: str) -> bool:
     """Symbolic comparison via math-verify; signal timeouts only on the main thread."""
     from math_verify import parse, verify
@@ -363,6 +379,6 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
     key = _latex_key(candidate)
     if key and key == _latex_key(gold):
         return True
-    if len(candidate) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS:
+    if len(candidate) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS or _too_costly(candidate):
         return False
     return _math_verify_equal(candidate, gold)
