@@ -1,0 +1,158 @@
+"""The evaluation harness: replay == live, outputs schema, resume, bad input caught before any generation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from metamod.config import parse_config
+from metamod.evaluate.config import EvalConfig
+from metamod.evaluate.decision import LayerContext, build_layer
+from metamod.evaluate.harness import evaluate, main, read_samples
+from metamod.evaluate.replay import replay, run_live
+from metamod.llm.base import Generation
+from metamod.rollout.debate import run_debates
+from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig
+from metamod.tasks import load_task
+from metamod.tasks.grading import extract_answer
+
+ROOT = Path(__file__).resolve().parents[1]
+HEURISTIC = ["single_naive", "single_cot", "single_reflection", "single_cot_sc", "majority_vote", "consensus"]
+
+
+class AgreementModerator:
+    """A deterministic fake moderator: STOP with the shared answer once both agents agree, else CONTINUE."""
+
+    name = "fake-moderator"
+    context_length = None
+
+    def chat(self, conversations, sampling):
+        out = []
+        for conv in conversations:
+            text = conv[-1]["content"]
+            answers = [extract_answer(part) for part in text.split("Agent ")[1:]]
+            if answers and None not in answers and len(set(answers)) == 1:
+                reply = f"STOP <answer>{answers[0]}</answer>"
+            elif "last round" in text:
+                reply = f"STOP <answer>{answers[-1]}</answer>" if answers and answers[-1] else "no idea"
+            else:
+                reply = "CONTINUE"
+            out.append(Generation(text=reply, prompt_tokens=len(text.split()), completion_tokens=len(reply.split())))
+        return out
+
+    def count_tokens(self, conversation):
+        return sum(len(m["content"].split()) for m in conversation)
+
+
+@pytest.fixture(scope="module")
+def arith_examples():
+    return list(load_task("arith", split="test", num_examples=40, seed=3).examples())
+
+
+@pytest.mark.parametrize("method", ["majority_vote", "consensus", "judge", "moderator", "moderator_prompted",
+                                    "adjudication_only", "stopping_only"])
+def test_replay_equals_live(method, arith_examples):
+    fake = AgreementModerator()
+    ctx = LayerContext(max_rounds=4, seed=1, moderator=fake, moderator_base=fake, judge=fake)
+    sim = SimulatedDebaters(SimulationConfig(sim_seed=11))
+    shared = list(run_debates(arith_examples, [sim, sim], max_rounds=4, progress=False))
+    replayed = replay(build_layer(method, ctx), shared)
+    live, live_traces = run_live(build_layer(method, ctx), arith_examples, [sim, sim], max_rounds=4, progress=False)
+    assert replayed == live
+    for rec, trace in zip(live, live_traces, strict=True):
+        assert len(trace["rounds"]) == rec["rounds"]
+    if method == "moderator":  # the fake really stops early on some questions and not on others
+        assert 1 in {r["rounds"] for r in live} and 4 in {r["rounds"] for r in live}
+
+
+def _run(tmp_path: Path, **overrides) -> dict:
+    options = dict(methods=HEURISTIC, limit=12, output_dir=str(tmp_path / "out"), seeds=[0, 1], plots=False,
+                   max_rounds=3, batch_questions=5)
+    options.update(overrides)
+    return evaluate(EvalConfig(**options))
+
+
+def test_outputs_schema_and_identities(tmp_path):
+    doc = _run(tmp_path, plots=True)
+    out = tmp_path / "out"
+    assert doc["simulated"] is True
+    assert set(doc) >= {"results", "config", "simulated", "versions", "n_samples", "significance"}
+    assert doc["n_samples"]["arith"] == {"questions": 12, "rows": 24, "seeds": [0, 1]}
+    for m in doc["results"]["arith"].values():
+        assert m["n"] == 24
+        assert m["correct_with_coverage"] + m["correct_without_coverage"] == round(m["accuracy"] * 24)
+        assert m["mis_aggregation"] == m["coverage_count"] - m["correct_with_coverage"]
+        assert "accuracy_stderr" in m and m["accuracy_ci_low"] <= m["accuracy"] <= m["accuracy_ci_high"]
+        assert len(m["accuracy_per_seed"]) == 2
+    assert doc["results"]["arith"]["majority_vote"]["mean_rounds"] == 3
+    assert doc["results"]["arith"]["consensus"]["mean_rounds"] <= 3
+    rows = read_samples(out / "samples.jsonl")
+    assert len(rows) == 24
+    row = rows[0]
+    assert set(row) >= {"task", "seed", "id", "gold", "rounds", "methods", "simulated"}
+    assert len(row["rounds"]) == 3 and {"eta", "answers"} <= set(row["rounds"][0])
+    rec = row["methods"]["consensus"]
+    assert set(rec) >= {"final_answer", "correct", "covered", "rounds", "decisions", "tokens"}
+    assert rec["tokens"]["debater_prompt"] == sum(r["prompt_tokens"] for r in row["rounds"][: rec["rounds"]])
+    table = (out / "table.md").read_text()
+    assert "simulated" in table and "MAD (Consensus)" in table
+    assert all((out / "plots" / name).is_file() for name in ("accuracy.png", "rounds.png", "accuracy_vs_tokens.png"))
+    assert json.loads((out / "results.json").read_text())["results"] == json.loads(json.dumps(doc["results"]))
+
+
+def test_resume_after_crash(tmp_path):
+    full = _run(tmp_path / "a")["results"]
+    out = tmp_path / "b" / "out"
+    _run(tmp_path / "b")
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    # a crash: 7 rows kept, the 8th torn mid-write
+    (out / "samples.jsonl").write_text("\n".join(lines[:7]) + "\n" + lines[7][:40])
+    resumed = _run(tmp_path / "b")["results"]
+    rows = read_samples(out / "samples.jsonl")
+    assert len(rows) == 24 and len({(r["seed"], r["id"]) for r in rows}) == 24
+    assert resumed == full
+
+
+def test_bad_inputs_fail_before_generation(tmp_path):
+    with pytest.raises(ValueError, match="Valid names"):
+        EvalConfig(methods=["majority_vote", "best_of_n"])
+    not_a_model = tmp_path / "empty"
+    not_a_model.mkdir()
+    with pytest.raises(ValueError, match="neither a LoRA adapter"):
+        _run(tmp_path, methods=["moderator"], moderator=str(not_a_model))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        _run(tmp_path, methods=["moderator"], moderator=str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="need a trained moderator"):
+        _run(tmp_path, methods=["stopping_only"])
+    no_gold = tmp_path / "nogold.jsonl"
+    no_gold.write_text(json.dumps({"question": "1+1?", "answer": ""}) + "\n")
+    with pytest.raises(ValueError, match="no questions"):
+        _run(tmp_path, tasks=["local"], limit=None, task_options={"local": {
+            "task_data_files": str(no_gold), "task_kind": "math", "task_question_column": "question",
+            "task_answer_column": "answer"}})
+    assert not (tmp_path / "out" / "samples.jsonl").exists()
+
+
+def test_reused_traces_and_cli(tmp_path, capsys):
+    first = _run(tmp_path, seeds=[0])
+    traces = tmp_path / "out" / "traces-seed0.jsonl"
+    assert traces.is_file()
+    argv = ["--methods", *HEURISTIC, "--traces", str(traces), "--max_rounds", "3", "--output_dir",
+            str(tmp_path / "cli"), "--plots", "false"]
+    assert main(argv) == 0
+    assert "SIMULATED" in capsys.readouterr().out
+    again = json.loads((tmp_path / "cli" / "results.json").read_text())
+    for method in HEURISTIC:
+        assert again["results"]["arith"][method]["accuracy"] == first["results"]["arith"][method]["accuracy"]
+
+
+@pytest.mark.parametrize("name", ["sim_debate", "paper_llama8b", "paper_qwen7b", "paper_decoupled_3b", "paper_n3"])
+def test_shipped_configs_parse(name):
+    from metamod.memory import MemoryConfig
+
+    config, _ = parse_config([EvalConfig, MemoryConfig], ["--config", str(ROOT / "configs" / "eval" / f"{name}.yaml")])
+    assert config.max_rounds == 5 and "moderator" in config.methods
+    for task in config.tasks:
+        config.task_config(task)
