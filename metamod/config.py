@@ -63,7 +63,7 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
         unknown = sorted(k for k in data if k not in valid and k != "env")
         if unknown:
             raise ConfigError(f"Unknown key(s) {unknown} in {path}. Valid keys: {', '.join(valid)}")
-    parser = TrlParser(dataclass_types, prog=prog)
+    parser = TrlParser(dataclass_types, prog=prog, allow_abbrev=False)
     try:
         outputs = parser.parse_args_and_config(args=argv, return_remaining_strings=True)
     except SystemExit:
