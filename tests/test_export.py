@@ -83,7 +83,8 @@ def results_file(tmp_path):
             "majority_vote": {"accuracy": 0.74, "accuracy_stderr": 0.03, "mean_rounds": 5.0, "accuracy_ci_low": 0.6},
         }
     }
-    path.write_text(json.dumps({"results": results, "config": {"simulated": True}}))
+    labels = {"meta_moderator": "Meta-Moderator", "majority_vote": "MAD (Majority Voting)"}
+    path.write_text(json.dumps({"results": results, "labels": labels, "config": {"debaters": "simulated"}}))
     return path
 
 
@@ -123,7 +124,7 @@ def test_model_card_contents(run_dir, tmp_path, results_file):
     assert "**simulated**" in text
     assert "| steps trained | 7 |" in text and "| last_logged | step=7, reward=1.25 |" in text
     assert "| Task | Method | accuracy | mean_rounds |" in text  # the headline metrics only
-    assert "| arith | meta_moderator | 0.81 ± 0.02 | 1.7 |" in text
+    assert "| arith | Meta-Moderator (`meta_moderator`) | 0.81 ± 0.02 | 1.7 |" in text
     assert "(simulated debaters)" in text
     assert 'LoRARequest("moderator", 1, adapter_path)' in text and "enable_lora=True" in text
     assert "metamod eval" in text
@@ -304,3 +305,47 @@ def test_config_checks():
     with pytest.raises(ValueError, match="not a Hub repo id"):
         export_mod.ExportConfig(adapter="a", output_dir="b", push_to_hub=True, repo_id="a/b/c")
     assert export_mod.ExportConfig(adapter="a", output_dir="b", merge_only=True).merge is True
+
+
+def test_cli_dispatch_reports_missing_adapter(tmp_path, capsys):
+    from metamod.cli import main as cli_main
+
+    assert cli_main(["export", "--adapter", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "adapter folder" in err and "does not exist" in err
+    assert cli_main(["export"]) == 2
+    assert "needs --adapter, --output_dir" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_export_a_real_training_run(tmp_path):
+    """`metamod train` (2 GRPO steps on the tiny model) -> `metamod export` of the run and of its last checkpoint."""
+    from datasets import Dataset, DatasetDict
+
+    from metamod.rollout.state import moderator_messages
+    from metamod.train.grpo import main as train_main
+
+    rows = [
+        dict(prompt=moderator_messages(f"What is {q}+{r}?", [f"<answer>{q + r}</answer>", f"<answer>{q}</answer>"],
+                                       final=r == 2),
+             eta=int(r >= q % 3), gold=str(q + r), kind="number", round=r, is_final_round=r == 2, id=f"q{q}",
+             task="arith", answers=[str(q + r), str(q)], num_agents=2, simulated=True)
+        for q in range(6) for r in range(3)
+    ]  # fmt: skip
+    DatasetDict(train=Dataset.from_list(rows[:12]), validation=Dataset.from_list(rows[12:])).save_to_disk(
+        tmp_path / "data"
+    )
+    run = tmp_path / "run"
+    argv = ["--dataset_path", str(tmp_path / "data"), "--output_dir", str(run), "--model_name_or_path",
+            str(tmp_path / "tiny"), "--build_tiny_model", "true", "--max_steps", "2", "--per_device_train_batch_size",
+            "4", "--num_generations", "2", "--max_completion_length", "8", "--report_to", "none", "--save_steps", "1",
+            "--lora_r", "4", "--lora_alpha", "8"]  # fmt: skip
+    assert train_main(argv) == 0
+    out = export_adapter(run, tmp_path / "out", merge=True)
+    text = (out / "README.md").read_text()
+    assert "| steps trained | 2 |" in text and "| rows | 18 |" in text and "simulated" in text
+    assert torch.equal(_peft_logits(tmp_path / "tiny", run), _peft_logits(tmp_path / "tiny", out))
+    ckpt = export_adapter(run, tmp_path / "ckpt", checkpoint="latest")
+    assert (ckpt / "adapter_model.safetensors").read_bytes() == (
+        run / "checkpoint-2" / "adapter_model.safetensors"
+    ).read_bytes()

@@ -417,7 +417,13 @@ def export_adapter(
     Returns:
         ``output_dir``.
     """
-    from metamod.train.model_card import build_model_card, dataset_statistics, load_results, results_simulated
+    from metamod.train.model_card import (
+        build_model_card,
+        dataset_statistics,
+        load_results,
+        results_labels,
+        results_simulated,
+    )
 
     merge = merge or merge_only
     # ---- validate everything before writing anything
@@ -463,6 +469,7 @@ def export_adapter(
         dataset_stats=stats,
         results=results,
         results_are_simulated=bool(results_path and results_simulated(results_path)),
+        results_labels=results_labels(results_path) if results_path else None,
         adapter_ref=repo_id or str(output_dir.resolve()),
         repo_id=repo_id,
         merged_dir=merged_dir,

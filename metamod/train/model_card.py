@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -154,6 +155,13 @@ def load_results(path: str | os.PathLike) -> dict[str, dict[str, dict[str, Any]]
     return data
 
 
+def results_labels(path: str | os.PathLike) -> dict[str, str]:
+    """Method display names from a ``results.json`` written by ``metamod eval`` (``{}`` when absent)."""
+    data = json.loads(Path(path).read_text())
+    labels = data.get("labels") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
 def results_simulated(path: str | os.PathLike) -> bool:
     """Whether a results file says it came from simulated debaters (top-level or ``config`` ``simulated`` flag)."""
     data = json.loads(Path(path).read_text())
@@ -163,13 +171,18 @@ def results_simulated(path: str | os.PathLike) -> bool:
     return bool(data.get("simulated") or config.get("simulated") or config.get("debaters") == "simulated")
 
 
-def results_table(results: Mapping[str, Mapping[str, Mapping[str, Any]]], metrics: Sequence[str] | None = None) -> str:
+def results_table(
+    results: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    metrics: Sequence[str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> str:
     """One row per (task, method), one column per metric; a ``metric_stderr`` twin is shown as ``± stderr``.
 
     Args:
         results: ``{task: {method: {metric: value}}}``.
         metrics: columns to show. Default: those of :data:`RESULT_METRICS` present in ``results``, or, when none
             is, every scalar metric in order of first appearance.
+        labels: display names of methods (``results.json`` ``labels``), shown as ``label (`method`)``.
 
     Returns:
         A markdown table (``-`` where a method lacks a metric).
@@ -186,7 +199,8 @@ def results_table(results: Mapping[str, Mapping[str, Mapping[str, Any]]], metric
     rows = []
     for task, methods in results.items():
         for method, values in methods.items():
-            row: list[Any] = [task, method]
+            label = (labels or {}).get(method)
+            row: list[Any] = [task, f"{label} (`{method}`)" if label and label != method else method]
             for metric in metrics:
                 value = values.get(metric)
                 if value is None:
@@ -316,8 +330,28 @@ def reward_section(train_config: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def target_modules_text(value: Any) -> str:
+    """LoRA targets, short: full module paths (``model.layers.0.self_attn.q_proj``) reduce to their sorted names.
+
+    >>> target_modules_text(["model.layers.1.mlp.up_proj", "model.layers.0.self_attn.q_proj", "model.layers.0.mlp.up_proj"])
+    'q_proj, up_proj (2 layers)'
+    >>> target_modules_text("all-linear")
+    'all-linear'
+    """
+    if not isinstance(value, (list, tuple, set)):
+        return str(value)
+    names = sorted({str(v).rsplit(".", 1)[-1] for v in value})
+    layers = {m.group(1) for v in value if (m := re.search(r"layers\.(\d+)\.", str(v)))}
+    return ", ".join(names) + (f" ({len(layers)} layers)" if layers else "")
+
+
 def settings_table(source: Mapping[str, Any], keys: Sequence[tuple[str, str]]) -> str:
     """Two-column table of the ``keys`` present in ``source`` (a note when none are)."""
+    source = dict(source)
+    if source.get("target_modules") is not None:
+        source["target_modules"] = target_modules_text(source["target_modules"])
+    if isinstance(source.get("max_steps"), int) and source["max_steps"] > 0:
+        source.pop("num_train_epochs", None)  # max_steps overrides the epoch count
     rows = [(label, source[key]) for key, label in keys if source.get(key) is not None]
     if not rows:
         return "_Not recorded (no resolved training config found beside the adapter)._"
@@ -355,6 +389,7 @@ def build_model_card(
     dataset_stats: Mapping[str, Any] | None = None,
     results: Mapping[str, Any] | None = None,
     results_are_simulated: bool = False,
+    results_labels: Mapping[str, str] | None = None,
     adapter_ref: str = ".",
     repo_id: str | None = None,
     merged_dir: str | None = None,
@@ -372,6 +407,7 @@ def build_model_card(
         dataset_stats: :func:`dataset_statistics` output (or the ``dataset`` entry of ``train_summary``).
         results: ``{task: {method: {metric: value}}}`` to render as the evaluation table.
         results_are_simulated: label the evaluation results as simulated.
+        results_labels: display names of the methods in ``results``.
         adapter_ref: where users load the adapter from in the usage snippets (Hub id or local folder).
         repo_id: the Hub repo id when the card is meant for the Hub.
         merged_dir: folder (relative to the card) holding merged full weights, if any.
@@ -406,7 +442,9 @@ def build_model_card(
         grpo_source["global_step"] = train_summary["global_step"]
     if results:
         label = " (simulated debaters)" if results_are_simulated else ""
-        results_section = f"Accuracy and related metrics{label}, `results[task][method]`:\n\n" + results_table(results)
+        results_section = f"Accuracy and related metrics{label}, `results[task][method]`:\n\n" + results_table(
+            results, labels=results_labels
+        )
     else:
         results_section = "_No evaluation results were attached (pass `--results results.json` to `metamod export`)._"
     cli = [f"metamod eval --config configs/eval/<your_eval>.yaml --moderator {adapter_ref}"]
