@@ -271,6 +271,14 @@ def test_load_errors(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         NoMemory().load(tmp_path / "bad.json")
+    bank = BehaviourBank(embedder_options=EMB)
+    bank.observe(ex("a", PENS), AGREE, outcome(True, "7"))
+    bank.end_batch()
+    data = json.loads(bank.save(tmp_path / "bank.json").read_text())
+    data["state"]["served"] = [[PENS, "debater", [99]]]
+    (tmp_path / "stale.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="unknown entry uid"):
+        BehaviourBank(embedder_options=EMB).load(tmp_path / "stale.json")
     (tmp_path / "other.json").write_text(json.dumps({"hello": 1}))
     with pytest.raises(ValueError, match="not a metamod memory file"):
         NoMemory().load(tmp_path / "other.json")

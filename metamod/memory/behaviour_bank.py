@@ -268,7 +268,11 @@ class BehaviourBank(BaseMemory):
             self._served = {(q, r): [int(u) for u in uids] for q, r, uids in state.get("served", [])}
         except (TypeError, ValueError) as err:
             raise ValueError(f"behaviour bank state is malformed: {err}") from err
-        if self.entries and self.next_uid <= max(e.uid for e in self.entries):
+        known = {e.uid for e in self.entries}
+        stale = sorted({u for uids in self._served.values() for u in uids} - known)
+        if stale:
+            raise ValueError(f"behaviour bank state is malformed: 'served' refers to unknown entry uid(s) {stale}")
+        if self.entries and self.next_uid <= max(known):
             raise ValueError(
                 f"behaviour bank state is malformed: next_uid {self.next_uid} is not above every entry uid"
             )

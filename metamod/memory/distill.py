@@ -39,6 +39,9 @@ SOLVER_ROLES: tuple[str, ...] = ("debater", "single", "reasoner")
 DECIDER_ROLES: tuple[str, ...] = ("moderator", "judge", "controller")
 CHECKER_ROLES: tuple[str, ...] = ("debater", "single", "reasoner", "monitor")
 
+#: Longest instruction kept from an LLM distiller's line (longer ones are cut).
+MAX_INSTRUCTION_CHARS = 300
+
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
 
@@ -329,7 +332,7 @@ def parse_behaviours(text: str, limit: int) -> list[tuple[str, str]]:
         if not match:
             continue
         name = re.sub(r"[\s_]+", "-", match.group(1).strip().lower())
-        instruction = match.group(2).strip()
+        instruction = match.group(2).strip()[:MAX_INSTRUCTION_CHARS]
         if len(instruction.split()) < 2 or name in {"here-you-go", "behaviours", "behaviors", "question", "outcome"}:
             continue
         found.append((name, instruction))
