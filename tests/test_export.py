@@ -201,6 +201,12 @@ def test_missing_base_and_bad_results_fail_before_writing(run_dir, tmp_path):
     assert not (tmp_path / "out2").exists()
     with pytest.raises(FileExistsError, match="--overwrite"):
         export_adapter(run_dir["run"], out)
+    assert export_adapter(run_dir["run"], out, overwrite=True) == out  # an earlier export may be replaced
+    (tmp_path / "keep" / "notes.txt").parent.mkdir()
+    (tmp_path / "keep" / "notes.txt").write_text("precious")
+    with pytest.raises(FileExistsError, match="does not look like an earlier export"):
+        export_adapter(run_dir["run"], tmp_path / "keep", overwrite=True)
+    assert (tmp_path / "keep" / "notes.txt").read_text() == "precious"
 
 
 def test_dataset_statistics(run_dir):

@@ -298,6 +298,14 @@ def _prepare_output(output_dir: Path, adapter_dir: Path, overwrite: bool) -> Non
             raise FileExistsError(
                 f"output_dir {output_dir} is not empty; pass --overwrite to replace it or choose another --output_dir"
             )
+        looks_exported = (output_dir / "README.md").is_file() and any(
+            (output_dir / name).is_file() for name in (ADAPTER_CONFIG, "config.json")
+        )
+        if not looks_exported:
+            raise FileExistsError(
+                f"refusing to delete {output_dir}: it is not empty and does not look like an earlier export (no "
+                f"README.md + {ADAPTER_CONFIG} or config.json); choose a new or empty --output_dir"
+            )
         shutil.rmtree(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
