@@ -1,0 +1,109 @@
+"""`metamod rollout` / `merge-shards`: configs, resume after a crash, shard + merge, config errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from metamod.cli import main as cli_main
+from metamod.config import ConfigError
+from metamod.rollout.run import main, merge_main
+from metamod.rollout.traces import read_traces
+
+REPO = Path(__file__).resolve().parents[1]
+SIM = ["--config", str(REPO / "configs/rollout/sim_arith.yaml"), "--task_num_examples", "30", "--max_rounds", "3",
+       "--progress", "false"]
+
+
+def _ids(path):
+    return [t["id"] for t in read_traces(path)]
+
+
+def test_sim_rollout_writes_traces_config_and_summary(tmp_path, capsys):
+    assert main(SIM + ["--output_dir", str(tmp_path)]) == 0
+    traces = list(read_traces(tmp_path / "traces.jsonl"))
+    assert len(traces) == 30 and all(t["simulated"] and t["num_rounds"] == 3 for t in traces)
+    saved = yaml.safe_load((tmp_path / "rollout_config.yaml").read_text())
+    assert saved["task_num_examples"] == 30 and saved["max_rounds"] == 3 and saved["debaters"] == "simulated"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["simulated"] is True and summary["questions"] == 30 and len(summary["eta_rate_by_round"]) == 3
+    assert "simulated" in capsys.readouterr().out
+
+
+def test_resume_after_crash_with_torn_last_line(tmp_path):
+    out = tmp_path / "run"
+    assert main(SIM + ["--output_dir", str(out)]) == 0
+    path = out / "traces.jsonl"
+    reference = list(read_traces(path))
+    lines = path.read_text().splitlines(keepends=True)
+    # simulate a crash: 12 debates written, the 13th torn half-way
+    path.write_text("".join(lines[:12]) + lines[12][: len(lines[12]) // 2])
+    assert main(SIM + ["--output_dir", str(out)]) == 0
+    resumed = list(read_traces(path))
+    assert [t["id"] for t in resumed] == [t["id"] for t in reference]  # no duplicate, none lost, same order
+    assert resumed == reference
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["skipped_done"] == 12 and summary["questions"] == 18
+
+
+def test_resume_refuses_changed_settings_and_overwrite_restarts(tmp_path):
+    assert main(SIM + ["--output_dir", str(tmp_path)]) == 0
+    with pytest.raises(ConfigError, match="different settings.*max_rounds"):
+        main(SIM + ["--output_dir", str(tmp_path), "--max_rounds", "2"])
+    assert main(SIM + ["--output_dir", str(tmp_path), "--max_rounds", "2", "--overwrite", "true"]) == 0
+    assert all(t["num_rounds"] == 2 for t in read_traces(tmp_path / "traces.jsonl"))
+
+
+@pytest.mark.parametrize("shard_by", ["hash", "position"])
+def test_shard_and_merge_equals_unsharded(tmp_path, shard_by):
+    assert main(SIM + ["--output_dir", str(tmp_path / "full")]) == 0
+    for i in range(3):
+        assert main(SIM + ["--output_dir", str(tmp_path / "sharded"), "--num_shards", "3", "--shard_index", str(i),
+                           "--shard_by", shard_by]) == 0
+    shard_sizes = [len(_ids(tmp_path / "sharded" / f"traces.shard-{i}-of-3.jsonl")) for i in range(3)]
+    assert sum(shard_sizes) == 30 and all(n > 0 for n in shard_sizes)
+    merged = tmp_path / "merged.jsonl"
+    assert merge_main(["--inputs", str(tmp_path / "sharded"), "--output", str(merged)]) == 0
+    assert list(read_traces(merged)) == list(read_traces(tmp_path / "full" / "traces.jsonl"))
+
+
+def test_merge_reports_missing_shard(tmp_path):
+    assert main(SIM + ["--output_dir", str(tmp_path), "--num_shards", "2", "--shard_index", "0"]) == 0
+    with pytest.raises(FileNotFoundError, match=r"shard file\(s\) \[1\] of 2 missing"):
+        merge_main(["--inputs", str(tmp_path), "--output", str(tmp_path / "all.jsonl")])
+
+
+def test_config_errors_are_clear(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="Unknown argument.*--num_debaters"):
+        main(SIM + ["--output_dir", str(tmp_path / "o"), "--num_debaters", "3"])
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("task: arith\nmax_round: 3\n")
+    with pytest.raises(ConfigError, match=r"Unknown key\(s\) \['max_round'\]"):
+        main(["--config", str(bad_yaml)])
+    with pytest.raises(KeyError, match="Unknown task 'arithmetic'.*arith"):
+        main(SIM + ["--task", "arithmetic"])
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(FileNotFoundError, match="model folder .*no-such-model.* does not exist"):
+        main(SIM + ["--output_dir", str(tmp_path / "o"), "--debaters", json.dumps([{"backend": "hf", "model": str(missing)}])])
+    assert not (tmp_path / "o" / "traces.jsonl").exists()  # failed before any work
+    with pytest.raises(ConfigError, match="unknown key.*'modle'"):
+        main(SIM + ["--output_dir", str(tmp_path / "o"), "--debaters", '[{"backend": "hf", "modle": "x"}]'])
+    with pytest.raises(ConfigError, match="num_agents must be >= 2"):
+        main(SIM + ["--num_agents", "1"])
+    with pytest.raises(ConfigError, match="2 backend configs for num_agents=3"):
+        main(SIM + ["--num_agents", "3", "--debaters", '[{"model": "a"}, {"model": "b"}]'])
+    # through the `metamod` dispatcher: exit code 2 and a one-line message
+    assert cli_main(["rollout"] + SIM + ["--task", "arithmetic"]) == 2
+    assert "Unknown task 'arithmetic'" in capsys.readouterr().err
+
+
+def test_multi_task_rollout(tmp_path):
+    tasks = [{"task": "arith", "task_num_examples": 3, "task_seed": 1},
+             {"task": "arith", "task_num_examples": 2, "task_seed": 2, "task_split": "test"}]
+    assert main(SIM + ["--output_dir", str(tmp_path), "--tasks", json.dumps(tasks)]) == 0
+    traces = list(read_traces(tmp_path / "traces.jsonl"))
+    assert [t["index"] for t in traces] == [0, 1, 2, 3, 4]
+    assert [t["id"].split("-")[1] for t in traces] == ["1", "1", "1", "test", "test"]
+    with pytest.raises(ConfigError, match=r"tasks\[0\]: unknown key"):
+        main(SIM + ["--output_dir", str(tmp_path / "x"), "--tasks", '[{"task": "arith", "levels": [1]}]'])
