@@ -171,3 +171,38 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_tokens: int | None, *, wher
         )
         dataset = dataset.select(keep)
     return dataset
+
+
+def build_missing_dataset(dataset_path: str, *, rollout_config: str) -> Path:
+    """Build a moderator dataset at ``dataset_path``: run the rollout config, then the dataset builder.
+
+    Uses the rollout stage's own entry points (``metamod.rollout.run.rollout`` with the YAML parsed exactly as
+    ``metamod rollout --config`` would, then ``metamod.rollout.snapshots.build_dataset``). The rollout resumes, so
+    an interrupted build continues where it stopped.
+
+    Args:
+        dataset_path: where to save the ``DatasetDict``.
+        rollout_config: a rollout YAML (e.g. ``configs/rollout/sim_arith.yaml``).
+
+    Returns:
+        ``dataset_path`` as a ``Path``.
+    """
+    from metamod.config import parse_config
+    from metamod.rollout.run import RolloutConfig, rollout
+    from metamod.rollout.simulated import SimulationConfig
+    from metamod.rollout.snapshots import build_dataset
+    from metamod.tasks import TaskConfig
+
+    if not Path(rollout_config).is_file():
+        raise FileNotFoundError(
+            f"build_dataset_config {rollout_config!r} does not exist; give a rollout YAML from configs/rollout/ "
+            f"or build {dataset_path} yourself with `metamod rollout` + `metamod build-dataset`"
+        )
+    task_config, config, sim_config = parse_config(
+        [TaskConfig, RolloutConfig, SimulationConfig], ["--config", rollout_config], prog="metamod rollout"
+    )
+    logger.info("Running the debates of %s into %s", rollout_config, config.output_dir)
+    summary = rollout(task_config=task_config, config=config, sim_config=sim_config)
+    logger.info("Building the moderator dataset %s from %s", dataset_path, summary["traces_file"])
+    build_dataset(summary["traces_file"], dataset_path)
+    return Path(dataset_path)

@@ -6,7 +6,8 @@ One code path for both worlds: on this CPU machine the tiny offline model on sim
 
 Outputs in ``output_dir`` (default ``checkpoints/<run_name>``): the LoRA adapter + tokenizer, ``checkpoint-N/``
 folders (resume with ``--resume_from_checkpoint true``), ``metamod_train_config.yaml`` (the resolved config),
-``samples.jsonl`` (a few completions with their rewards every ``sample_log_steps``) and ``train_summary.json``.
+``samples.jsonl`` (a few completions with their rewards every ``sample_log_steps``), ``trainer_state.json`` (the
+full log history) and ``train_summary.json``.
 
 >>> from metamod.train.grpo import ModeratorGRPOConfig
 >>> cfg = ModeratorGRPOConfig(dataset_path="data/x", per_device_train_batch_size=4, num_generations=2,
@@ -324,6 +325,7 @@ def train(
         resume = True
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(output_dir))
+    trainer.save_state()  # trainer_state.json (full log history) beside the adapter
     summary = summarize(trainer.state.log_history, reward_names=trainer.reward_func_names)
     summary.update(
         run=Path(output_dir).name,
