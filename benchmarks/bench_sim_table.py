@@ -45,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
         ["--config", args.config, "--moderator", args.adapter, "--limit", str(args.questions),
          "--seeds", *map(str, args.seeds), "--output_dir", args.output_dir],
     )
-    config.task_options = {t: {k: v for k, v in o.items() if k != "task_limit"} for t, o in config.task_options.items()}
     start = time.perf_counter()
     doc = evaluate(config, memory_config)
     elapsed = time.perf_counter() - start

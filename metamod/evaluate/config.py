@@ -43,7 +43,7 @@ class EvalConfig:
         metadata={"help": "Per-task TaskConfig fields, e.g. {arith: {task_split: test, task_limit: 200}} (YAML)."},
     )
     limit: int | None = field(
-        default=None, metadata={"help": "Questions per task when the task's options set no task_limit (None: all)."}
+        default=None, metadata={"help": "Questions per task; overrides every task's task_limit (None: keep them)."}
     )
     methods: list[str] = field(
         default_factory=lambda: list(DEFAULT_METHODS),
@@ -170,12 +170,12 @@ class EvalConfig:
         return needed
 
     def task_config(self, task: str) -> Any:
-        """The :class:`metamod.tasks.TaskConfig` of one task (``limit`` fills in a missing ``task_limit``)."""
+        """The :class:`metamod.tasks.TaskConfig` of one task (``limit``, when set, overrides ``task_limit``)."""
         from metamod.tasks import TaskConfig
 
         options = dict(self.task_options.get(task, {}))
         if self.limit is not None:
-            options.setdefault("task_limit", self.limit)
+            options["task_limit"] = self.limit
         try:
             return TaskConfig(task=task, **options)
         except TypeError as err:

@@ -125,8 +125,8 @@ def write_plots(results: Mapping[str, Mapping[str, Mapping[str, Any]]], labels: 
                 xs.append(i + k * width)
                 ys.append(r[metric])
                 if error:
-                    errs[0].append(r[metric] - r["accuracy_ci_low"])
-                    errs[1].append(r["accuracy_ci_high"] - r[metric])
+                    errs[0].append(max(0.0, r[metric] - r["accuracy_ci_low"]))
+                    errs[1].append(max(0.0, r["accuracy_ci_high"] - r[metric]))
             ax.bar(xs, ys, width, label=task, yerr=errs if error and xs else None, capsize=2)
         ax.set_xticks([i + width * (len(tasks) - 1) / 2 for i in range(len(chosen))])
         ax.set_xticklabels([labels.get(m, m) for m in chosen], rotation=35, ha="right", fontsize=8)
