@@ -171,6 +171,7 @@ class LLMDebaters:
         self.settings = dict(settings or {})
         self.num_calls = 0
         self.num_trimmed = 0
+        self._template_tokens: dict[tuple[str, ...], int] = {}
 
     def agent_settings(self, agent: int) -> dict[str, Any]:
         return {
@@ -187,6 +188,19 @@ class LLMDebaters:
             return ""
         return str(self.memory.guidance(example, "debater") or "")
 
+    def _fits_by_bound(self, conversation: Conversation, budget: int) -> bool:
+        """Cheap check that skips exact token counting: a text never has more tokens than UTF-8 bytes.
+
+        The bound is the chat template's own tokens for this message layout (counted once, with empty contents)
+        plus the bytes of every message, plus a small margin per message for tokenizers that add a prefix token.
+        """
+        roles = tuple(m["role"] for m in conversation)
+        if roles not in self._template_tokens:
+            empty = [{"role": role, "content": ""} for role in roles]
+            self._template_tokens[roles] = self.generator.count_tokens(empty)
+        bound = self._template_tokens[roles] + sum(len(m["content"].encode("utf-8")) + 8 for m in conversation)
+        return bound <= budget
+
     def _fit(self, request: DebateRequest, guidance: str) -> tuple[Conversation, bool]:
         """Build the conversation; shorten the oldest peer text first, then the own previous one, to fit."""
         conversation = debater_conversation(request, confidence=self.confidence, guidance=guidance)
@@ -194,6 +208,8 @@ class LLMDebaters:
         if not context or request.round == 0:
             return conversation, False
         budget = context - self.sampling.max_tokens
+        if self._fits_by_bound(conversation, budget):
+            return conversation, False
         used = self.generator.count_tokens(conversation)
         if used <= budget:
             return conversation, False

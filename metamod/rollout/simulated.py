@@ -64,12 +64,12 @@ class SimulationConfig:
 
     sim_seed: int = field(default=0, metadata={"help": "Seed of the simulation; same seed -> identical traces."})
     agent_accuracy: list[float] = field(
-        default_factory=lambda: [0.985, 0.96],
+        default_factory=lambda: [0.98, 0.965],
         metadata={"help": "Per-agent round-0 accuracy at difficulty level 1 for an average question (agent i uses "
                   "entry i modulo the list length)."},
     )
     stubbornness: list[float] = field(
-        default_factory=lambda: [0.5, 0.2],
+        default_factory=lambda: [0.55, 0.3],
         metadata={"help": "Per-agent resistance to peer pressure in [0, 1] (1 = never conforms)."},
     )
     level_slope: float = field(
@@ -86,11 +86,11 @@ class SimulationConfig:
                   "another distractor. High values make agents agree on the same wrong answer."},
     )
     conformity: float = field(
-        default=0.35, metadata={"help": "Per agreeing peer, the chance of adopting that peer's answer (before "
+        default=0.4, metadata={"help": "Per agreeing peer, the chance of adopting that peer's answer (before "
                                 "stubbornness); applies to wrong answers too."}
     )
     truth_bonus: float = field(
-        default=2.0, metadata={"help": "How much more persuasive a correct peer answer is than a wrong one (>= 0)."}
+        default=3.0, metadata={"help": "How much more persuasive a correct peer answer is than a wrong one (>= 0)."}
     )
     self_correct: float = field(
         default=0.12, metadata={"help": "Chance per round that a wrong agent finds its own mistake (at level 1)."}
@@ -99,7 +99,7 @@ class SimulationConfig:
         default=0.15, metadata={"help": "Extra self-correction chance when a peer holds the right answer."}
     )
     drift_per_round: float = field(
-        default=0.02,
+        default=0.015,
         metadata={"help": "Drift (switching to a plausible wrong answer) grows by this much per debate round."},
     )
     drift_max: float = field(default=0.2, metadata={"help": "Cap on the per-round drift probability."})
