@@ -156,3 +156,12 @@ def test_shipped_configs_parse(name):
     assert config.max_rounds == 5 and "moderator" in config.methods
     for task in config.tasks:
         config.task_config(task)
+
+
+def test_resume_refuses_debates_from_other_debaters(tmp_path):
+    _run(tmp_path, seeds=[0])
+    (tmp_path / "out" / "samples.jsonl").unlink()
+    with pytest.raises(ValueError, match="other debaters"):
+        _run(tmp_path, seeds=[0], simulation={"agent_accuracy": [0.6, 0.6]})
+    fresh = _run(tmp_path, seeds=[0], simulation={"agent_accuracy": [0.6, 0.6]}, resume=False)
+    assert fresh["n_samples"]["arith"]["rows"] == 12

@@ -309,8 +309,9 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
                 from metamod.rollout.traces import TraceWriter, read_traces
 
                 trace_path = output_dir / f"traces-seed{seed}.jsonl"
-                writer = TraceWriter(trace_path, resume=True)
+                writer = TraceWriter(trace_path, resume=config.resume)
                 traces = {t["id"]: t for t in read_traces(trace_path)} if writer.done_ids else {}
+                _check_cached_traces(traces, debaters, trace_path)
             grade = _Grader()
             try:
                 for task, task_examples in examples.items():
@@ -344,6 +345,22 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
     if config.plots and document["results"]:
         write_plots(document["results"], document["labels"], output_dir / "plots", simulated=document["simulated"])
     return document
+
+
+def _check_cached_traces(traces: dict[str, dict], debaters: list[Any] | None, path: Path) -> None:
+    """Refuse to resume from debates made by other debaters (settings, models or number of agents differ)."""
+    if not traces or debaters is None:
+        return
+    expected = json.loads(json.dumps([
+        {"index": i, "backend": d.backend, "model": d.model, "settings": d.agent_settings(i)}
+        for i, d in enumerate(debaters)
+    ], default=str))
+    for trace in traces.values():
+        if trace["agents"] != expected:
+            raise ValueError(
+                f"{path} holds debates (e.g. {trace['id']!r}) made by other debaters than this config's "
+                f"({trace['agents']} vs {expected}); use a new output_dir or resume: false"
+            )
 
 
 def _observe(memory: Any, batch: list[Example], rows: list[dict], shared: dict[str, dict], config: EvalConfig) -> None:
