@@ -165,3 +165,47 @@ def test_resume_refuses_debates_from_other_debaters(tmp_path):
         _run(tmp_path, seeds=[0], simulation={"agent_accuracy": [0.6, 0.6]})
     fresh = _run(tmp_path, seeds=[0], simulation={"agent_accuracy": [0.6, 0.6]}, resume=False)
     assert fresh["n_samples"]["arith"]["rows"] == 12
+
+
+class _GuidingMemory:
+    name = "fake"
+
+    def guidance(self, example, role):
+        return f"remember {role}"
+
+
+class _EchoAgent:
+    name = "echo"
+    context_length = None
+
+    def __init__(self):
+        self.prompts = []
+
+    def chat(self, conversations, sampling):
+        self.prompts += [c[0]["content"] for c in conversations]
+        return [Generation(text="<answer>7</answer>", prompt_tokens=3, completion_tokens=2)
+                for _ in conversations for _ in range(sampling.n)]
+
+    def count_tokens(self, conversation):
+        return 3
+
+
+def test_single_agent_prompts_get_memory_guidance(arith_examples):
+    agent = _EchoAgent()
+    ctx = LayerContext(max_rounds=2, agent=agent, memory=_GuidingMemory(), sc_samples=3)
+    outcomes = build_layer("single_cot_sc", ctx).run(arith_examples[:2])
+    assert all(p.startswith("Guidance from earlier problems") and "remember single" in p for p in agent.prompts)
+    assert outcomes[0].answer == "7" and outcomes[0].completion_tokens == 6 and len(outcomes[0].answers) == 3
+
+
+def test_memory_is_observed_and_saved_per_batch(tmp_path):
+    from metamod.memory import MemoryConfig
+
+    config = EvalConfig(methods=["majority_vote", "consensus"], limit=8, max_rounds=3, seeds=[0], plots=False,
+                        output_dir=str(tmp_path / "mem"), reference_method="consensus")
+    doc = evaluate(config, MemoryConfig(memory="behaviour_bank", memory_batch_size=4))
+    assert doc["n_samples"]["arith"]["rows"] == 8
+    saved = json.loads((tmp_path / "mem" / "memory-seed0.json").read_text())
+    assert saved["memory"] == "behaviour_bank"
+    assert saved["state"]["batch_index"] == 2  # end_batch() after each of the two batches of 4
+    assert saved["state"]["entries"]  # it observed finished debates and distilled behaviours from them
