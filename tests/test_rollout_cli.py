@@ -107,3 +107,31 @@ def test_multi_task_rollout(tmp_path):
     assert [t["id"].split("-")[1] for t in traces] == ["1", "1", "1", "test", "test"]
     with pytest.raises(ConfigError, match=r"tasks\[0\]: unknown key"):
         main(SIM + ["--output_dir", str(tmp_path / "x"), "--tasks", '[{"task": "arith", "levels": [1]}]'])
+
+
+def test_ctrl_c_leaves_a_readable_resumable_file(tmp_path):
+    from metamod.rollout.run import RolloutConfig, rollout
+    from metamod.rollout.simulated import SimulationConfig
+    from metamod.tasks import TaskConfig
+
+    task = TaskConfig(task="arith", task_num_examples=30)
+    config = RolloutConfig(output_dir=str(tmp_path / "run"), batch_questions=10, max_rounds=3, progress=False)
+    calls = []
+
+    def interrupt_in_third_chunk(round_index, debates):
+        calls.append(round_index)
+        if len(calls) == 7:  # 2 chunks x 3 rounds done, then Ctrl-C
+            raise KeyboardInterrupt
+        return [False] * len(debates)
+
+    with pytest.raises(KeyboardInterrupt):
+        rollout(task_config=task, config=config, sim_config=SimulationConfig(), stop_hook=interrupt_in_third_chunk)
+    path = tmp_path / "run" / "traces.jsonl"
+    assert len(_ids(path)) == 20
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["questions"] == 20
+    rollout(task_config=task, config=config, sim_config=SimulationConfig())
+    reference = tmp_path / "ref"
+    assert main(["--task", "arith", "--task_num_examples", "30", "--max_rounds", "3", "--progress", "false",
+                 "--output_dir", str(reference)]) == 0
+    assert list(read_traces(path)) == list(read_traces(reference / "traces.jsonl"))
