@@ -1,0 +1,31 @@
+"""The whole pipeline (rollout -> dataset -> train -> eval -> export -> report) at a reduced size."""
+
+import json
+
+import pytest
+
+from metamod.config import ConfigError
+from metamod.demo import DemoConfig, run_demo
+
+
+def test_demo_quick_writes_every_artefact(tmp_path):
+    out = tmp_path / "demo"
+    report = run_demo(DemoConfig(output_dir=str(out), quick=True))
+    text = report.read_text()
+    assert "SIMULATED" in text and "## Evaluation" in text and "Meta-Moderator" in text
+    results = json.loads((out / "eval" / "results.json").read_text())
+    assert results["simulated"] is True
+    methods = results["results"]["arith"]
+    assert {"majority_vote", "consensus", "judge", "moderator", "moderator_prompted", "adjudication_only",
+            "stopping_only", "single_cot"} <= set(methods)
+    assert (out / "export" / "adapter_model.safetensors").is_file()
+    assert "base_model" in (out / "export" / "README.md").read_text()
+    assert list((out / "eval" / "plots").glob("*.png"))
+    # a rerun skips finished stages and rewrites the same report
+    assert run_demo(DemoConfig(output_dir=str(out), quick=True)).read_text().split("## Artefacts")[0] == \
+        text.split("## Artefacts")[0]
+
+
+def test_demo_missing_config_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="train_config"):
+        DemoConfig(output_dir=str(tmp_path), train_config=str(tmp_path / "nope.yaml"))
