@@ -60,8 +60,9 @@ def main() -> int:
     sampling = SamplingConfig(temperature=0.0, max_tokens=args.max_tokens)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = ensure_tiny_model(os.path.join(tmp, "tiny"))
-        gen = build_generator(BackendConfig(backend="hf", model=str(model_dir), device="cpu",
-                                            batch_size=args.batch_size))
+        gen = build_generator(
+            BackendConfig(backend="hf", model=str(model_dir), device="cpu", batch_size=args.batch_size)
+        )
         examples = list(load_task("arith", num_examples=args.questions, seed=0).examples())
         gen.chat([[{"role": "user", "content": "warm up"}]], sampling)
 
@@ -71,8 +72,15 @@ def main() -> int:
             group = LLMDebaters(recorder, sampling, backend="hf")
             stats = DebateStats()
             start = time.perf_counter()
-            for _trace in run_debates(examples, [group, group], max_rounds=args.rounds, stats=stats,
-                                      batch_questions=args.questions, progress=False, task="arith"):
+            for _trace in run_debates(
+                examples,
+                [group, group],
+                max_rounds=args.rounds,
+                stats=stats,
+                batch_questions=args.questions,
+                progress=False,
+                task="arith",
+            ):
                 pass
             engine_times.append(time.perf_counter() - start)
             tokens = stats.prompt_tokens + stats.completion_tokens
@@ -84,14 +92,18 @@ def main() -> int:
 
     engine, raw = min(engine_times), min(raw_times)
     calls = len(recorder.batches)
-    print(f"tiny model, hf backend, {args.questions} questions x N=2 x {args.rounds} rounds, "
-          f"max_tokens={args.max_tokens}, {calls} batched calls of {len(recorder.batches[0])} conversations")
+    print(
+        f"tiny model, hf backend, {args.questions} questions x N=2 x {args.rounds} rounds, "
+        f"max_tokens={args.max_tokens}, {calls} batched calls of {len(recorder.batches[0])} conversations"
+    )
     print(f"{'':<28}{'best s':>8}   runs")
     print(f"{'debate engine (run_debates)':<28}{engine:>8.2f}   {[round(t, 2) for t in engine_times]}")
     print(f"{'raw batched chat calls':<28}{raw:>8.2f}   {[round(t, 2) for t in raw_times]}")
     mean_ratio = sum(engine_times) / sum(raw_times)
-    print(f"overhead ratio engine/raw: best {engine / raw:.3f}, mean {mean_ratio:.3f} (target <= 1.05); "
-          f"{tokens} tokens per debate run")
+    print(
+        f"overhead ratio engine/raw: best {engine / raw:.3f}, mean {mean_ratio:.3f} (target <= 1.05); "
+        f"{tokens} tokens per debate run"
+    )
     return 0
 
 

@@ -60,18 +60,25 @@ def main() -> int:
             out = Path(tmp) / f"traces-{size}.jsonl"
             proc = subprocess.run(
                 [sys.executable, __file__, "--child", str(size), "--output", str(out)],
-                capture_output=True, text=True, env=env, check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
             )
             rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             out.unlink()
     print("simulated debates (N=2, T_max=5), streamed to JSONL; one subprocess per size")
     print(f"{'questions':>10} {'debate-rounds':>14} {'seconds':>8} {'rounds/s':>10} {'peak RSS MB':>12} {'file MB':>8}")
     for r in rows:
-        print(f"{r['questions']:>10} {r['debate_rounds']:>14} {r['seconds']:>8} {r['debate_rounds_per_s']:>10} "
-              f"{r['peak_rss_mb']:>12} {r['trace_file_mb']:>8}")
+        print(
+            f"{r['questions']:>10} {r['debate_rounds']:>14} {r['seconds']:>8} {r['debate_rounds_per_s']:>10} "
+            f"{r['peak_rss_mb']:>12} {r['trace_file_mb']:>8}"
+        )
     base = rows[0]
-    print(f"peak RSS ratio largest/smallest: {rows[-1]['peak_rss_mb'] / base['peak_rss_mb']:.2f}; "
-          f"throughput ratio: {rows[-1]['debate_rounds_per_s'] / base['debate_rounds_per_s']:.2f}")
+    print(
+        f"peak RSS ratio largest/smallest: {rows[-1]['peak_rss_mb'] / base['peak_rss_mb']:.2f}; "
+        f"throughput ratio: {rows[-1]['debate_rounds_per_s'] / base['debate_rounds_per_s']:.2f}"
+    )
     ok = all(r["peak_rss_mb"] < 1024 for r in rows)
     print("peak RSS < 1 GB at every size:", ok)
     return 0 if ok else 1

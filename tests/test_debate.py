@@ -46,7 +46,9 @@ class ScriptedGenerator:
         for conv in conversations:
             answer = SCRIPT[self.agent][self._question_id(conv)][round_index]
             text = f"Step by step... <answer>{answer}</answer>" if answer is not None else "I am not sure"
-            out.append(Generation(text=text, prompt_tokens=self.count_tokens(conv), completion_tokens=len(text.split())))
+            out.append(
+                Generation(text=text, prompt_tokens=self.count_tokens(conv), completion_tokens=len(text.split()))
+            )
         return out
 
     def count_tokens(self, conversation):
@@ -141,8 +143,14 @@ def test_engine_argument_checks():
 def test_trimming_oldest_peer_first_with_warning(caplog):
     ex = QUESTIONS[0]
     long_peer = " ".join(f"w{i}" for i in range(60)) + " <answer>4</answer>"
-    request = DebateRequest(example=ex, agent=2, round=1, own_previous="my work <answer>4</answer>",
-                            peer_previous=[long_peer, long_peer.replace("w", "v")], peer_agents=[0, 1])
+    request = DebateRequest(
+        example=ex,
+        agent=2,
+        round=1,
+        own_previous="my work <answer>4</answer>",
+        peer_previous=[long_peer, long_peer.replace("w", "v")],
+        peer_agents=[0, 1],
+    )
     gen = ScriptedGenerator(0)
     full = LLMDebaters(gen, SamplingConfig(max_tokens=20))._fit(request, "")[0]
     # room for the prompt minus ~40 words: only the first (oldest) peer needs cutting

@@ -42,8 +42,22 @@ def test_engine_on_tiny_model(tiny_dir):
 
 def test_rollout_cli_on_tiny_model(tiny_dir, tmp_path):
     debaters = json.dumps([{"backend": "hf", "model": str(tiny_dir), "device": "cpu"}])
-    argv = ["--task", "arith", "--task_num_examples", "2", "--debaters", debaters, "--max_rounds", "2",
-            "--max_tokens", "4", "--output_dir", str(tmp_path), "--progress", "false"]
+    argv = [
+        "--task",
+        "arith",
+        "--task_num_examples",
+        "2",
+        "--debaters",
+        debaters,
+        "--max_rounds",
+        "2",
+        "--max_tokens",
+        "4",
+        "--output_dir",
+        str(tmp_path),
+        "--progress",
+        "false",
+    ]
     assert main(argv) == 0
     traces = list(read_traces(tmp_path / "traces.jsonl"))
     assert len(traces) == 2 and not traces[0]["simulated"]

@@ -12,8 +12,16 @@ from metamod.rollout.run import main, merge_main
 from metamod.rollout.traces import read_traces
 
 REPO = Path(__file__).resolve().parents[1]
-SIM = ["--config", str(REPO / "configs/rollout/sim_arith.yaml"), "--task_num_examples", "30", "--max_rounds", "3",
-       "--progress", "false"]
+SIM = [
+    "--config",
+    str(REPO / "configs/rollout/sim_arith.yaml"),
+    "--task_num_examples",
+    "30",
+    "--max_rounds",
+    "3",
+    "--progress",
+    "false",
+]
 
 
 def _ids(path):
@@ -59,8 +67,22 @@ def test_resume_refuses_changed_settings_and_overwrite_restarts(tmp_path):
 def test_shard_and_merge_equals_unsharded(tmp_path, shard_by):
     assert main(SIM + ["--output_dir", str(tmp_path / "full")]) == 0
     for i in range(3):
-        assert main(SIM + ["--output_dir", str(tmp_path / "sharded"), "--num_shards", "3", "--shard_index", str(i),
-                           "--shard_by", shard_by]) == 0
+        assert (
+            main(
+                SIM
+                + [
+                    "--output_dir",
+                    str(tmp_path / "sharded"),
+                    "--num_shards",
+                    "3",
+                    "--shard_index",
+                    str(i),
+                    "--shard_by",
+                    shard_by,
+                ]
+            )
+            == 0
+        )
     shard_sizes = [len(_ids(tmp_path / "sharded" / f"traces.shard-{i}-of-3.jsonl")) for i in range(3)]
     assert sum(shard_sizes) == 30 and all(n > 0 for n in shard_sizes)
     merged = tmp_path / "merged.jsonl"
@@ -85,7 +107,15 @@ def test_config_errors_are_clear(tmp_path, capsys):
         main(SIM + ["--task", "arithmetic"])
     missing = tmp_path / "no-such-model"
     with pytest.raises(FileNotFoundError, match="model folder .*no-such-model.* does not exist"):
-        main(SIM + ["--output_dir", str(tmp_path / "o"), "--debaters", json.dumps([{"backend": "hf", "model": str(missing)}])])
+        main(
+            SIM
+            + [
+                "--output_dir",
+                str(tmp_path / "o"),
+                "--debaters",
+                json.dumps([{"backend": "hf", "model": str(missing)}]),
+            ]
+        )
     assert not (tmp_path / "o" / "traces.jsonl").exists()  # failed before any work
     with pytest.raises(ConfigError, match="unknown key.*'modle'"):
         main(SIM + ["--output_dir", str(tmp_path / "o"), "--debaters", '[{"backend": "hf", "modle": "x"}]'])
@@ -99,8 +129,10 @@ def test_config_errors_are_clear(tmp_path, capsys):
 
 
 def test_multi_task_rollout(tmp_path):
-    tasks = [{"task": "arith", "task_num_examples": 3, "task_seed": 1},
-             {"task": "arith", "task_num_examples": 2, "task_seed": 2, "task_split": "test"}]
+    tasks = [
+        {"task": "arith", "task_num_examples": 3, "task_seed": 1},
+        {"task": "arith", "task_num_examples": 2, "task_seed": 2, "task_split": "test"},
+    ]
     assert main(SIM + ["--output_dir", str(tmp_path), "--tasks", json.dumps(tasks)]) == 0
     traces = list(read_traces(tmp_path / "traces.jsonl"))
     assert [t["index"] for t in traces] == [0, 1, 2, 3, 4]
@@ -132,6 +164,21 @@ def test_ctrl_c_leaves_a_readable_resumable_file(tmp_path):
     assert summary["interrupted"] is True and summary["questions"] == 20
     rollout(task_config=task, config=config, sim_config=SimulationConfig())
     reference = tmp_path / "ref"
-    assert main(["--task", "arith", "--task_num_examples", "30", "--max_rounds", "3", "--progress", "false",
-                 "--output_dir", str(reference)]) == 0
+    assert (
+        main(
+            [
+                "--task",
+                "arith",
+                "--task_num_examples",
+                "30",
+                "--max_rounds",
+                "3",
+                "--progress",
+                "false",
+                "--output_dir",
+                str(reference),
+            ]
+        )
+        == 0
+    )
     assert list(read_traces(path)) == list(read_traces(reference / "traces.jsonl"))

@@ -19,8 +19,9 @@ def _examples(n=60, seed=0):
 
 def _run(examples, batch_questions=256, config=None, max_rounds=5):
     sim = SimulatedDebaters(config or SimulationConfig())
-    return list(run_debates(examples, [sim, sim], max_rounds=max_rounds, batch_questions=batch_questions,
-                            progress=False))
+    return list(
+        run_debates(examples, [sim, sim], max_rounds=max_rounds, batch_questions=batch_questions, progress=False)
+    )
 
 
 def test_same_seed_same_traces_and_batching_does_not_matter():
@@ -93,4 +94,7 @@ def test_dynamics_have_the_paper_shape():
     by_level = collections.defaultdict(list)
     for t in traces:
         by_level[t["meta"]["level"]].append(t)
-    assert trace_dynamics(by_level[1])["agent_accuracy_by_round"][0] > trace_dynamics(by_level[5])["agent_accuracy_by_round"][0]
+    assert (
+        trace_dynamics(by_level[1])["agent_accuracy_by_round"][0]
+        > trace_dynamics(by_level[5])["agent_accuracy_by_round"][0]
+    )

@@ -36,8 +36,9 @@ def test_rows_and_columns(traces_file, tmp_path):
     row = ds["train"][0]
     trace = next(t for t in traces if t["id"] == row["id"])
     rnd = trace["rounds"][row["round"]]
-    assert row["prompt"] == moderator_messages(trace["question"], [r["text"] for r in rnd["responses"]],
-                                               final=row["is_final_round"])
+    assert row["prompt"] == moderator_messages(
+        trace["question"], [r["text"] for r in rnd["responses"]], final=row["is_final_round"]
+    )
     assert row["eta"] == rnd["eta"] and row["gold"] == trace["gold"] and row["kind"] == "math"
     assert row["answers"] == [r["answer"] for r in rnd["responses"]] and row["num_agents"] == 2
     assert row["simulated"] is True and row["task"] == "arith"

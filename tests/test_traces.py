@@ -100,7 +100,9 @@ def test_writer_validates(tmp_path):
 def test_sharding_is_a_partition():
     ids = [f"q{i}" for i in range(200)]
     for by in ("hash", "position"):
-        shards = [[i for p, i in enumerate(ids) if in_shard(i, p, num_shards=3, shard_index=k, by=by)] for k in range(3)]
+        shards = [
+            [i for p, i in enumerate(ids) if in_shard(i, p, num_shards=3, shard_index=k, by=by)] for k in range(3)
+        ]
         assert sorted(sum(shards, [])) == sorted(ids)
         assert all(len(s) > 40 for s in shards)
     assert shard_of("q1", 3) == shard_of("q1", 3)

@@ -202,7 +202,12 @@ def run_debates(
     for label in labels:
         stats.calls.setdefault(label, 0)
     agents = [
-        {"index": i, "backend": debaters[i].backend, "model": debaters[i].model, "settings": debaters[i].agent_settings(i)}
+        {
+            "index": i,
+            "backend": debaters[i].backend,
+            "model": debaters[i].model,
+            "settings": debaters[i].agent_settings(i),
+        }
         for i in range(len(debaters))
     ]
     simulated = any(getattr(g, "simulated", False) for g in groups)
@@ -218,13 +223,36 @@ def run_debates(
         for position, obj in enumerate(examples):
             chunk.append(_as_item(obj, position, task))
             if len(chunk) >= batch_questions:
-                yield from _run_chunk(chunk, debaters, groups, agent_group, labels, agents, simulated,
-                                      max_rounds=max_rounds, stop_hook=stop_hook, stats=stats, bar=bar,
-                                      started=started)
+                yield from _run_chunk(
+                    chunk,
+                    debaters,
+                    groups,
+                    agent_group,
+                    labels,
+                    agents,
+                    simulated,
+                    max_rounds=max_rounds,
+                    stop_hook=stop_hook,
+                    stats=stats,
+                    bar=bar,
+                    started=started,
+                )
                 chunk = []
         if chunk:
-            yield from _run_chunk(chunk, debaters, groups, agent_group, labels, agents, simulated,
-                                  max_rounds=max_rounds, stop_hook=stop_hook, stats=stats, bar=bar, started=started)
+            yield from _run_chunk(
+                chunk,
+                debaters,
+                groups,
+                agent_group,
+                labels,
+                agents,
+                simulated,
+                max_rounds=max_rounds,
+                stop_hook=stop_hook,
+                stats=stats,
+                bar=bar,
+                started=started,
+            )
     finally:
         stats.elapsed_s += time.perf_counter() - started
         if bar is not None:
@@ -232,8 +260,12 @@ def run_debates(
         summary = stats.summary()
         logger.info(
             "debates: %d questions, %d debate-rounds, %d tokens, %.1f q/s; eta rate by round %s; coverage %s",
-            summary["questions"], summary["debate_rounds"], summary["prompt_tokens"] + summary["completion_tokens"],
-            summary["questions_per_s"], summary["eta_rate_by_round"], summary["coverage"],
+            summary["questions"],
+            summary["debate_rounds"],
+            summary["prompt_tokens"] + summary["completion_tokens"],
+            summary["questions_per_s"],
+            summary["eta_rate_by_round"],
+            summary["coverage"],
         )
 
 
@@ -301,14 +333,16 @@ def _run_chunk(
                 correct = grade_cache[key]
                 eta = eta or int(correct)
                 trimmed = bool(getattr(gen, "trimmed", False))
-                round_responses.append({
-                    "agent": agent,
-                    "text": gen.text,
-                    "answer": answer,
-                    "prompt_tokens": int(gen.prompt_tokens),
-                    "completion_tokens": int(gen.completion_tokens),
-                    "trimmed": trimmed,
-                })
+                round_responses.append(
+                    {
+                        "agent": agent,
+                        "text": gen.text,
+                        "answer": answer,
+                        "prompt_tokens": int(gen.prompt_tokens),
+                        "completion_tokens": int(gen.completion_tokens),
+                        "trimmed": trimmed,
+                    }
+                )
                 stats.responses += 1
                 stats.prompt_tokens += int(gen.prompt_tokens)
                 stats.completion_tokens += int(gen.completion_tokens)

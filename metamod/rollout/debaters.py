@@ -230,7 +230,13 @@ class LLMDebaters:
             logger.warning(
                 "question %r agent %d round %d: prompt still has %d tokens after trimming every response "
                 "(budget %d = context %d - max_tokens %d); sending it anyway",
-                request.example.id, request.agent, request.round, used, budget, context, self.sampling.max_tokens,
+                request.example.id,
+                request.agent,
+                request.round,
+                used,
+                budget,
+                context,
+                self.sampling.max_tokens,
             )
         return conversation, True
 
@@ -253,7 +259,11 @@ class LLMDebaters:
             logger.warning(
                 "%s: trimmed %d of %d prompt(s) to fit context %s - max_tokens %d (oldest peer text first); "
                 "%d trimmed so far",
-                self.model, num_trimmed, len(requests), self.generator.context_length, self.sampling.max_tokens,
+                self.model,
+                num_trimmed,
+                len(requests),
+                self.generator.context_length,
+                self.sampling.max_tokens,
                 self.num_trimmed,
             )
         generations = self.generator.chat(conversations, self.sampling)

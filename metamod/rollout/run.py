@@ -106,9 +106,7 @@ class RolloutConfig:
     batch_questions: int = field(
         default=256, metadata={"help": "Questions per engine chunk (bounds memory; traces are written per chunk)."}
     )
-    resume: bool = field(
-        default=True, metadata={"help": "Append to an existing traces file, skipping finished ids."}
-    )
+    resume: bool = field(default=True, metadata={"help": "Append to an existing traces file, skipping finished ids."})
     overwrite: bool = field(default=False, metadata={"help": "Delete existing traces in output_dir and start over."})
     progress: bool = field(default=True, metadata={"help": "Show a tqdm progress bar."})
 
@@ -125,9 +123,11 @@ class RolloutConfig:
             check_shard_args(self.num_shards, self.shard_index)
         except ValueError as err:
             raise ConfigError(str(err)) from err
-        if isinstance(self.debaters, str) and self.debaters.strip() != "simulated" and _as_list(
-            self.debaters, "debaters"
-        ) is None:
+        if (
+            isinstance(self.debaters, str)
+            and self.debaters.strip() != "simulated"
+            and _as_list(self.debaters, "debaters") is None
+        ):
             raise ConfigError(
                 f"debaters must be 'simulated' or a list of backend configs, got {self.debaters!r}; e.g. "
                 "debaters: [{backend: hf, model: runs/tiny-model}]"
@@ -216,7 +216,10 @@ def build_debaters(config: RolloutConfig, sim_config: SimulationConfig) -> list[
                 temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, seed=seed
             )
             groups[group_key] = LLMDebaters(
-                generators[key], sampling, backend=backend_config.backend, confidence=config.confidence,
+                generators[key],
+                sampling,
+                backend=backend_config.backend,
+                confidence=config.confidence,
                 settings={"adapter": backend_config.adapter} if backend_config.adapter else None,
             )
         out.append(groups[group_key])
@@ -291,14 +294,26 @@ def rollout(
         item
         for item in _task_stream(task_configs)
         if item.example.id not in done
-        and in_shard(item.example.id, item.index, num_shards=config.num_shards, shard_index=config.shard_index,
-                     by=config.shard_by)
+        and in_shard(
+            item.example.id,
+            item.index,
+            num_shards=config.num_shards,
+            shard_index=config.shard_index,
+            by=config.shard_by,
+        )
     )
     stats = DebateStats()
     interrupted = False
     try:
-        for trace in run_debates(items, debaters, max_rounds=config.max_rounds, stop_hook=stop_hook,
-                                 batch_questions=config.batch_questions, stats=stats, progress=config.progress):
+        for trace in run_debates(
+            items,
+            debaters,
+            max_rounds=config.max_rounds,
+            stop_hook=stop_hook,
+            batch_questions=config.batch_questions,
+            stats=stats,
+            progress=config.progress,
+        ):
             writer.write(trace)
     except KeyboardInterrupt:
         interrupted = True
@@ -320,10 +335,14 @@ def rollout(
 
 def _print_summary(summary: dict[str, Any]) -> None:
     label = " (simulated debaters)" if summary["simulated"] else ""
-    print(f"rollout{label}: {summary['questions']} new debates ({summary['skipped_done']} already done) "
-          f"-> {summary['traces_file']}")
-    print(f"  debate-rounds {summary['debate_rounds']}, tokens {summary['prompt_tokens'] + summary['completion_tokens']}"
-          f", {summary['questions_per_s']} q/s, {summary['tokens_per_s']} tok/s")
+    print(
+        f"rollout{label}: {summary['questions']} new debates ({summary['skipped_done']} already done) "
+        f"-> {summary['traces_file']}"
+    )
+    print(
+        f"  debate-rounds {summary['debate_rounds']}, tokens {summary['prompt_tokens'] + summary['completion_tokens']}"
+        f", {summary['questions_per_s']} q/s, {summary['tokens_per_s']} tok/s"
+    )
     print(f"  eta rate by round  {summary['eta_rate_by_round']}")
     print(f"  agent accuracy     {summary['agent_accuracy_by_round']}")
     print(f"  coverage           {summary['coverage']}   calls {summary['calls_per_backend']}")
@@ -390,8 +409,10 @@ def merge_main(argv: list[str] | None = None) -> int:
     files = shard_files(config.inputs)
     counts = merge_shards(files, config.output)
     num = sum(1 for _ in read_traces(config.output, validate=False))
-    print(f"merged {counts['inputs']} file(s) -> {config.output}: {num} traces "
-          f"({counts['duplicates']} duplicate(s) dropped)")
+    print(
+        f"merged {counts['inputs']} file(s) -> {config.output}: {num} traces "
+        f"({counts['duplicates']} duplicate(s) dropped)"
+    )
     return 0
 
 

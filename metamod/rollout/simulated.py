@@ -65,8 +65,10 @@ class SimulationConfig:
     sim_seed: int = field(default=0, metadata={"help": "Seed of the simulation; same seed -> identical traces."})
     agent_accuracy: list[float] = field(
         default_factory=lambda: [0.98, 0.965],
-        metadata={"help": "Per-agent round-0 accuracy at difficulty level 1 for an average question (agent i uses "
-                  "entry i modulo the list length)."},
+        metadata={
+            "help": "Per-agent round-0 accuracy at difficulty level 1 for an average question (agent i uses "
+            "entry i modulo the list length)."
+        },
     )
     stubbornness: list[float] = field(
         default_factory=lambda: [0.55, 0.3],
@@ -77,17 +79,24 @@ class SimulationConfig:
     )
     question_sd: float = field(
         default=3.2,
-        metadata={"help": "Std of a per-question difficulty shared by all agents (logit scale); larger means more "
-                  "correlated mistakes and lower coverage."},
+        metadata={
+            "help": "Std of a per-question difficulty shared by all agents (logit scale); larger means more "
+            "correlated mistakes and lower coverage."
+        },
     )
     distractor_concentration: float = field(
         default=0.7,
-        metadata={"help": "Probability that a wrong answer is the task's first (most plausible) distractor; else "
-                  "another distractor. High values make agents agree on the same wrong answer."},
+        metadata={
+            "help": "Probability that a wrong answer is the task's first (most plausible) distractor; else "
+            "another distractor. High values make agents agree on the same wrong answer."
+        },
     )
     conformity: float = field(
-        default=0.4, metadata={"help": "Per agreeing peer, the chance of adopting that peer's answer (before "
-                                "stubbornness); applies to wrong answers too."}
+        default=0.4,
+        metadata={
+            "help": "Per agreeing peer, the chance of adopting that peer's answer (before "
+            "stubbornness); applies to wrong answers too."
+        },
     )
     truth_bonus: float = field(
         default=3.0, metadata={"help": "How much more persuasive a correct peer answer is than a wrong one (>= 0)."}
@@ -122,8 +131,16 @@ class SimulationConfig:
                 raise ValueError(f"agent_accuracy[{i}] must be in (0, 1), got {acc}")
         for i, s in enumerate(self.stubbornness):
             _check_probability(f"stubbornness[{i}]", s)
-        for name in ("distractor_concentration", "conformity", "self_correct", "peer_correct_bonus",
-                     "drift_per_round", "drift_max", "slip_visible", "garble_prob"):
+        for name in (
+            "distractor_concentration",
+            "conformity",
+            "self_correct",
+            "peer_correct_bonus",
+            "drift_per_round",
+            "drift_max",
+            "slip_visible",
+            "garble_prob",
+        ):
             _check_probability(name, getattr(self, name))
         for name in ("level_slope", "question_sd", "truth_bonus", "level_drift"):
             if getattr(self, name) < 0:
@@ -185,8 +202,12 @@ def _slip(step: str, wrong: str) -> str:
     return f"{step}, which gives {wrong}"
 
 
-_OPENINGS = ("Let me work through this step by step.", "I'll solve this carefully.", "Step by step:",
-             "Let me break the problem down.")
+_OPENINGS = (
+    "Let me work through this step by step.",
+    "I'll solve this carefully.",
+    "Step by step:",
+    "Let me break the problem down.",
+)
 _CONFIDENT = ("I checked each step again and it holds.", "Each line follows from the previous one.", "")
 _HEDGES = ("I am fairly sure about this.", "This seems right to me.", "")
 
@@ -323,11 +344,16 @@ class SimulatedDebaters:
         lines: list[str] = []
         if request.round > 0:
             peer_answers = [extract_answer(p) for p in request.peer_previous]
-            refs = [f"Agent {j + 1} answered {a}" if a else f"Agent {j + 1} gave no clear answer"
-                    for j, a in enumerate(peer_answers)]
+            refs = [
+                f"Agent {j + 1} answered {a}" if a else f"Agent {j + 1} gave no clear answer"
+                for j, a in enumerate(peer_answers)
+            ]
             lines.append("; ".join(refs) + ".")
-            agree = [j + 1 for j, a in enumerate(peer_answers)
-                     if a is not None and _norm(a, ex.kind, ex.choices) == _norm(answer, ex.kind, ex.choices)]
+            agree = [
+                j + 1
+                for j, a in enumerate(peer_answers)
+                if a is not None and _norm(a, ex.kind, ex.choices) == _norm(answer, ex.kind, ex.choices)
+            ]
             if move == "conform":
                 lines.append(f"Agent {agree[0] if agree else 1}'s reasoning convinces me, so I revise my answer.")
             elif move == "correct":
@@ -369,4 +395,3 @@ class SimulatedDebaters:
                 )
             )
         return out
-

@@ -30,28 +30,42 @@ from metamod.rollout.traces import example_trace, read_traces, validate_trace  #
 
 logger = logging.getLogger(__name__)
 
-COLUMNS = ("prompt", "eta", "gold", "kind", "round", "is_final_round", "id", "task", "answers", "num_agents",
-           "simulated", "choices")
+COLUMNS = (
+    "prompt",
+    "eta",
+    "gold",
+    "kind",
+    "round",
+    "is_final_round",
+    "id",
+    "task",
+    "answers",
+    "num_agents",
+    "simulated",
+    "choices",
+)
 
 
 def dataset_features():
     """The ``datasets.Features`` of the moderator dataset (fixed, so empty splits and ``None`` answers load back)."""
     from datasets import Features, List, Value
 
-    return Features({
-        "prompt": List({"role": Value("string"), "content": Value("string")}),
-        "eta": Value("int64"),
-        "gold": Value("string"),
-        "kind": Value("string"),
-        "round": Value("int64"),
-        "is_final_round": Value("bool"),
-        "id": Value("string"),
-        "task": Value("string"),
-        "answers": List(Value("string")),
-        "num_agents": Value("int64"),
-        "simulated": Value("bool"),
-        "choices": List(Value("string")),
-    })
+    return Features(
+        {
+            "prompt": List({"role": Value("string"), "content": Value("string")}),
+            "eta": Value("int64"),
+            "gold": Value("string"),
+            "kind": Value("string"),
+            "round": Value("int64"),
+            "is_final_round": Value("bool"),
+            "id": Value("string"),
+            "task": Value("string"),
+            "answers": List(Value("string")),
+            "num_agents": Value("int64"),
+            "simulated": Value("bool"),
+            "choices": List(Value("string")),
+        }
+    )
 
 
 def is_validation(example_id: str, *, fraction: float, seed: int = 0) -> bool:
@@ -93,20 +107,22 @@ def snapshot_rows(trace: dict, *, max_rounds: int | None = None) -> list[dict[st
         t = rnd["round"]
         responses = [r["text"] for r in rnd["responses"]]
         final = t == final_index
-        rows.append({
-            "prompt": moderator_messages(trace["question"], responses, final=final),
-            "eta": int(rnd["eta"]),
-            "gold": trace["gold"],
-            "kind": trace["kind"],
-            "round": t,
-            "is_final_round": final,
-            "id": trace["id"],
-            "task": trace["task"],
-            "answers": [r["answer"] for r in rnd["responses"]],
-            "num_agents": len(rnd["responses"]),
-            "simulated": bool(trace["simulated"]),
-            "choices": list(trace["choices"]) if trace.get("choices") else None,
-        })
+        rows.append(
+            {
+                "prompt": moderator_messages(trace["question"], responses, final=final),
+                "eta": int(rnd["eta"]),
+                "gold": trace["gold"],
+                "kind": trace["kind"],
+                "round": t,
+                "is_final_round": final,
+                "id": trace["id"],
+                "task": trace["task"],
+                "answers": [r["answer"] for r in rnd["responses"]],
+                "num_agents": len(rnd["responses"]),
+                "simulated": bool(trace["simulated"]),
+                "choices": list(trace["choices"]) if trace.get("choices") else None,
+            }
+        )
     return rows
 
 
@@ -184,8 +200,12 @@ def build_dataset(
     for path in files:
         for number, trace in enumerate(read_traces(path, validate=False), start=1):
             tid = str(trace.get("id", f"{path}:{number}"))
-            if not isinstance(trace.get("question"), str) or not trace.get("question", "").strip() or \
-                    not isinstance(trace.get("gold"), str) or not trace.get("gold", "").strip():
+            if (
+                not isinstance(trace.get("question"), str)
+                or not trace.get("question", "").strip()
+                or not isinstance(trace.get("gold"), str)
+                or not trace.get("gold", "").strip()
+            ):
                 skipped.append(tid)
                 continue
             validate_trace(trace, f"{path}: trace {tid!r}")
@@ -208,11 +228,14 @@ def build_dataset(
         splits["validation"] = [r for r in splits["train"] if r["id"] == moved]
         splits["train"] = [r for r in splits["train"] if r["id"] != moved]
     features = dataset_features()
-    dataset = DatasetDict({
-        name: Dataset.from_list(rows, features=features) if rows else Dataset.from_dict(
-            {c: [] for c in features}, features=features)
-        for name, rows in splits.items()
-    })
+    dataset = DatasetDict(
+        {
+            name: Dataset.from_list(rows, features=features)
+            if rows
+            else Dataset.from_dict({c: [] for c in features}, features=features)
+            for name, rows in splits.items()
+        }
+    )
     all_rows = splits["train"] + splits["validation"]
     rates, covered, questions = _round_rates(all_rows)
     summary = {
@@ -283,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     s = dataset.info_summary
     label = " (simulated debates)" if s["simulated"] else ""
     print(f"moderator dataset{label} -> {config.output_dir}")
-    print(f"  questions {s['questions']} (train {s['questions_by_split']['train']}, "
-          f"validation {s['questions_by_split']['validation']}); rows {s['rows']}")
+    print(
+        f"  questions {s['questions']} (train {s['questions_by_split']['train']}, "
+        f"validation {s['questions_by_split']['validation']}); rows {s['rows']}"
+    )
     print(f"  eta rate by round {s['eta_rate_by_round']}")
     print(f"  coverage (eta=1 at some round) {s['coverage']}")
     if s["skipped_ids"]:

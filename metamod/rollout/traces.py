@@ -73,7 +73,9 @@ def _check_field(obj: dict, name: str, types: tuple[type, ...], where: str) -> N
     # bool is an int subclass: an int field must not silently accept True/False and vice versa.
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
     if not ok:
-        raise TraceError(f"{where}: field {name!r} must be {_type_names(types)}, got {type(value).__name__} {value!r:.60}")
+        raise TraceError(
+            f"{where}: field {name!r} must be {_type_names(types)}, got {type(value).__name__} {value!r:.60}"
+        )
 
 
 def validate_trace(trace: Any, where: str = "trace") -> dict:
@@ -209,7 +211,9 @@ def read_traces(path: str | os.PathLike, *, validate: bool = True) -> Iterator[d
                     if validate:
                         validate_trace(trace, f"{path}:{number}")
                 except (json.JSONDecodeError, UnicodeDecodeError, TraceError) as err:
-                    logger.warning("%s:%d: dropping a torn last line (%s); a rerun will redo that debate", path, number, err)
+                    logger.warning(
+                        "%s:%d: dropping a torn last line (%s); a rerun will redo that debate", path, number, err
+                    )
                     return
                 yield trace
             else:
