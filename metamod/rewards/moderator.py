@@ -17,8 +17,9 @@ Parsing rules (all decided here and tested in ``tests/test_rewards.py``):
 * ``STOP`` + one non-empty span + nothing else is valid. Text after ``</answer>``, a second span, an empty span or
   unmatched tags make it invalid (``valid=False``) while ``action`` stays ``"STOP"`` and ``answer`` keeps the first
   non-empty span, so a lenient caller can still read it.
-* ``STOP`` with no answer tag at all (``STOP`` alone, or ``STOP`` + free text) is the partial case: action
-  ``"STOP"``, answer ``None``, ``valid=False``, ``reason="no_answer_span"`` (format reward 0.5).
+* ``STOP`` alone is the partial case: action ``"STOP"``, answer ``None``, ``valid=False``,
+  ``reason="no_answer_span"`` (format reward 0.5). ``STOP`` + other text without an answer tag is invalid
+  (``reason="stop_with_text"``, format reward 0): crediting it let a tiny policy collect 0.5 for ``STOP < < <``.
 * ``CONTINUE`` must stand alone; ``CONTINUE.`` or ``CONTINUE because ...`` is invalid with action ``"CONTINUE"``.
 * A keyword must be a whole word at the very start: ``STOPPED`` or ``I say STOP`` give action ``None``.
 
@@ -51,6 +52,7 @@ REASONS = (
     "unknown_action",
     "continue_with_text",
     "no_answer_span",
+    "stop_with_text",
     "empty_answer",
     "unclosed_tag",
     "multiple_answer_spans",
@@ -115,6 +117,8 @@ def parse_decision(text: str | None) -> Decision:
         return Decision(CONTINUE, None, True)
     # STOP
     if OPEN_TAG not in rest and CLOSE_TAG not in rest:
+        if rest.strip():
+            return Decision(STOP, None, False, "stop_with_text")
         return Decision(STOP, None, False, "no_answer_span")
     spans = list(_SPAN.finditer(rest))
     first_answer = next((s.group(1).strip() for s in spans if s.group(1).strip()), None)
@@ -193,7 +197,7 @@ def get_format_reward(partial_credit: float = 0.5) -> FormatReward:
     """Build a format reward with a chosen credit for ``STOP`` without an answer span (the paper uses 0.5).
 
     Args:
-        partial_credit: reward for the partial case, in ``[0, 1]``.
+        partial_credit: reward for ``STOP`` alone (no answer span), in ``[0, 1]``.
 
     Returns:
         A picklable reward callable named ``format_reward``.
