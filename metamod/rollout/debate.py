@@ -146,6 +146,18 @@ def _new_trace(item: DebateItem, agents: list[dict]) -> dict:
     }
 
 
+def _chunked(items: Iterable[DebateItem], size: int) -> Iterator[list[DebateItem]]:
+    """Consecutive lists of ``size`` items (the last one shorter), pulled lazily so memory stays flat."""
+    chunk: list[DebateItem] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def run_debates(
     examples: Iterable[Example | DebateItem],
     debaters: Sequence[DebaterGroup],
@@ -218,27 +230,9 @@ def run_debates(
 
         bar = tqdm(total=total, unit="q", desc="debates", dynamic_ncols=True)
     started = time.perf_counter()
-    chunk: list[DebateItem] = []
+    items = (_as_item(obj, position, task) for position, obj in enumerate(examples))
     try:
-        for position, obj in enumerate(examples):
-            chunk.append(_as_item(obj, position, task))
-            if len(chunk) >= batch_questions:
-                yield from _run_chunk(
-                    chunk,
-                    debaters,
-                    groups,
-                    agent_group,
-                    labels,
-                    agents,
-                    simulated,
-                    max_rounds=max_rounds,
-                    stop_hook=stop_hook,
-                    stats=stats,
-                    bar=bar,
-                    started=started,
-                )
-                chunk = []
-        if chunk:
+        for chunk in _chunked(items, batch_questions):
             yield from _run_chunk(
                 chunk,
                 debaters,
