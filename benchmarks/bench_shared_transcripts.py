@@ -21,8 +21,15 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-DEBATE_METHODS = ["majority_vote", "consensus", "judge", "moderator_prompted", "moderator", "adjudication_only",
-                  "stopping_only"]
+DEBATE_METHODS = [
+    "majority_vote",
+    "consensus",
+    "judge",
+    "moderator_prompted",
+    "moderator",
+    "adjudication_only",
+    "stopping_only",
+]
 
 
 def tiny_adapter(root: Path) -> Path:
@@ -33,8 +40,10 @@ def tiny_adapter(root: Path) -> Path:
     from metamod.llm.tiny import ensure_tiny_model
 
     base = ensure_tiny_model(root / "tiny-model")
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
-                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
     model.save_pretrained(root / "adapter")
     return root / "adapter"
 
@@ -63,11 +72,24 @@ def main(argv: list[str] | None = None) -> int:
     timings, docs = {}, {}
     for mode in ("replay", "live"):
         config = EvalConfig(
-            tasks=["arith"], task_options={"arith": {"task_split": "test", "task_limit": args.questions}},
-            methods=DEBATE_METHODS, mode=mode, max_rounds=args.max_rounds, debaters="hf", debater_model=str(base),
-            debater_backend_options=options, temperature=0.0, max_tokens=args.max_tokens, moderator=str(adapter),
-            moderator_backend_options=options, moderator_max_tokens=8, judge_max_tokens=args.max_tokens,
-            output_dir=str(work / mode), resume=False, plots=False, batch_questions=args.questions,
+            tasks=["arith"],
+            task_options={"arith": {"task_split": "test", "task_limit": args.questions}},
+            methods=DEBATE_METHODS,
+            mode=mode,
+            max_rounds=args.max_rounds,
+            debaters="hf",
+            debater_model=str(base),
+            debater_backend_options=options,
+            temperature=0.0,
+            max_tokens=args.max_tokens,
+            moderator=str(adapter),
+            moderator_backend_options=options,
+            moderator_max_tokens=8,
+            judge_max_tokens=args.max_tokens,
+            output_dir=str(work / mode),
+            resume=False,
+            plots=False,
+            batch_questions=args.questions,
         )
         start = time.perf_counter()
         docs[mode] = evaluate(config)
@@ -78,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     assert docs["replay"]["results"] == docs["live"]["results"], "replay and live metrics differ"
     ratio = timings["replay"] / timings["live"]
     res = docs["replay"]["results"]["arith"]
-    print(f"questions={args.questions} T_max={args.max_rounds} max_tokens={args.max_tokens} "
-          f"methods={len(DEBATE_METHODS)} (tiny model, hf, greedy)")
+    print(
+        f"questions={args.questions} T_max={args.max_rounds} max_tokens={args.max_tokens} "
+        f"methods={len(DEBATE_METHODS)} (tiny model, hf, greedy)"
+    )
     print(f"replay (shared transcripts): {timings['replay']:.1f} s")
     print(f"live (one debate per method): {timings['live']:.1f} s")
     print(f"ratio replay/live: {ratio:.3f}  -- identical per-question results: yes")

@@ -42,27 +42,43 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("WARNING")
     config, memory_config = parse_config(
         [EvalConfig, MemoryConfig],
-        ["--config", args.config, "--moderator", args.adapter, "--limit", str(args.questions),
-         "--seeds", *map(str, args.seeds), "--output_dir", args.output_dir],
+        [
+            "--config",
+            args.config,
+            "--moderator",
+            args.adapter,
+            "--limit",
+            str(args.questions),
+            "--seeds",
+            *map(str, args.seeds),
+            "--output_dir",
+            args.output_dir,
+        ],
     )
     start = time.perf_counter()
     doc = evaluate(config, memory_config)
     elapsed = time.perf_counter() - start
-    print(f"SIMULATED debaters -- arith test, {args.questions} questions x seeds {args.seeds}, T_max "
-          f"{config.max_rounds}, N={config.num_agents}, moderator {args.adapter} ({elapsed:.0f} s)\n")
-    print("| Method | accuracy % [95% CI] | seed mean +- std | mean rounds | coverage % | mis-agg. | "
-          "tokens/q | format-valid % | McNemar p vs moderator |")
+    print(
+        f"SIMULATED debaters -- arith test, {args.questions} questions x seeds {args.seeds}, T_max "
+        f"{config.max_rounds}, N={config.num_agents}, moderator {args.adapter} ({elapsed:.0f} s)\n"
+    )
+    print(
+        "| Method | accuracy % [95% CI] | seed mean +- std | mean rounds | coverage % | mis-agg. | "
+        "tokens/q | format-valid % | McNemar p vs moderator |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for by_method in doc["results"].values():
         for method, m in by_method.items():
             rounds = f"{m['mean_rounds']:.2f}" if "mean_rounds" in m else "-"
             valid = f"{100 * m['format_valid_rate']:.1f}" if "format_valid_rate" in m else "-"
             p = m.get("mcnemar_p_vs_moderator")
-            print(f"| {doc['labels'][method]} | {100 * m['accuracy']:.1f} [{100 * m['accuracy_ci_low']:.1f}, "
-                  f"{100 * m['accuracy_ci_high']:.1f}] | {100 * m.get('accuracy_seed_mean', m['accuracy']):.1f} +- "
-                  f"{100 * m.get('accuracy_seed_std', 0.0):.1f} | {rounds} | {100 * m['coverage']:.1f} | "
-                  f"{m['mis_aggregation']} | {m['tokens_per_question']:.0f} | {valid} | "
-                  f"{'-' if p is None else f'{p:.3g}'} |")
+            print(
+                f"| {doc['labels'][method]} | {100 * m['accuracy']:.1f} [{100 * m['accuracy_ci_low']:.1f}, "
+                f"{100 * m['accuracy_ci_high']:.1f}] | {100 * m.get('accuracy_seed_mean', m['accuracy']):.1f} +- "
+                f"{100 * m.get('accuracy_seed_std', 0.0):.1f} | {rounds} | {100 * m['coverage']:.1f} | "
+                f"{m['mis_aggregation']} | {m['tokens_per_question']:.0f} | {valid} | "
+                f"{'-' if p is None else f'{p:.3g}'} |"
+            )
     print(f"\nfull outputs: {args.output_dir}/results.json, table.md, plots/")
     return 0
 

@@ -14,17 +14,36 @@ from metamod.rollout.traces import SCHEMA_VERSION
 def make_trace(qid: str, rounds: list[list[str | None]], gold: str = "7", kind: str = "math") -> dict:
     """A trace whose round t has the given debater answers (None: unparsable)."""
     return {
-        "schema_version": SCHEMA_VERSION, "id": qid, "task": "arith", "question": f"Question {qid}?", "gold": gold,
-        "kind": kind, "choices": None, "meta": {}, "simulated": True,
+        "schema_version": SCHEMA_VERSION,
+        "id": qid,
+        "task": "arith",
+        "question": f"Question {qid}?",
+        "gold": gold,
+        "kind": kind,
+        "choices": None,
+        "meta": {},
+        "simulated": True,
         "agents": [{"index": i, "backend": "sim", "model": "sim", "settings": {}} for i in range(len(rounds[0]))],
         "rounds": [
-            {"round": t, "eta": int(gold in answers), "responses": [
-                {"agent": i, "text": f"step {t}. <answer>{a}</answer>" if a is not None else "I am not sure",
-                 "answer": a, "prompt_tokens": 10 * (t + 1), "completion_tokens": 5, "trimmed": False}
-                for i, a in enumerate(answers)]}
+            {
+                "round": t,
+                "eta": int(gold in answers),
+                "responses": [
+                    {
+                        "agent": i,
+                        "text": f"step {t}. <answer>{a}</answer>" if a is not None else "I am not sure",
+                        "answer": a,
+                        "prompt_tokens": 10 * (t + 1),
+                        "completion_tokens": 5,
+                        "trimmed": False,
+                    }
+                    for i, a in enumerate(answers)
+                ],
+            }
             for t, answers in enumerate(rounds)
         ],
-        "num_rounds": len(rounds), "stop_reason": "max_rounds",
+        "num_rounds": len(rounds),
+        "stop_reason": "max_rounds",
     }
 
 
@@ -40,8 +59,11 @@ class ScriptedGenerator:
 
     def chat(self, conversations, sampling: SamplingConfig):
         self.calls.append(len(conversations))
-        return [Generation(text=self.script(c[-1]["content"]), prompt_tokens=7, completion_tokens=3)
-                for c in conversations for _ in range(sampling.n)]
+        return [
+            Generation(text=self.script(c[-1]["content"]), prompt_tokens=7, completion_tokens=3)
+            for c in conversations
+            for _ in range(sampling.n)
+        ]
 
     def count_tokens(self, conversation):
         return 7
@@ -79,11 +101,16 @@ def test_majority_vote_uses_last_round_and_seeded_ties():
     assert winners == {"7", "8"}
     for s in range(5):
         assert majority_answer(["7", "8"], kind="math", seed=s, question_id="tie") == majority_answer(
-            ["8", "7"], kind="math", seed=s, question_id="tie")
+            ["8", "7"], kind="math", seed=s, question_id="tie"
+        )
     assert out["tie"]["final_answer"] == majority_answer(["7", "8"], kind="math", seed=0, question_id="tie")
     # debater tokens of 3 rounds: 2 agents x (10 + 20 + 30) prompt, 2 x 3 x 5 completion
-    assert out["agree"]["tokens"] == {"debater_prompt": 120, "debater_completion": 30, "moderator_prompt": 0,
-                                      "moderator_completion": 0}
+    assert out["agree"]["tokens"] == {
+        "debater_prompt": 120,
+        "debater_completion": 30,
+        "moderator_prompt": 0,
+        "moderator_completion": 0,
+    }
 
 
 def test_majority_vote_normalises_answers():

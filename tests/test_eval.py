@@ -51,8 +51,10 @@ def arith_examples():
     return list(load_task("arith", split="test", num_examples=40, seed=3).examples())
 
 
-@pytest.mark.parametrize("method", ["majority_vote", "consensus", "judge", "moderator", "moderator_prompted",
-                                    "adjudication_only", "stopping_only"])
+@pytest.mark.parametrize(
+    "method",
+    ["majority_vote", "consensus", "judge", "moderator", "moderator_prompted", "adjudication_only", "stopping_only"],
+)
 def test_replay_equals_live(method, arith_examples):
     fake = AgreementModerator()
     ctx = LayerContext(max_rounds=4, seed=1, moderator=fake, moderator_base=fake, judge=fake)
@@ -68,8 +70,15 @@ def test_replay_equals_live(method, arith_examples):
 
 
 def _run(tmp_path: Path, **overrides) -> dict:
-    options = dict(methods=HEURISTIC, limit=12, output_dir=str(tmp_path / "out"), seeds=[0, 1], plots=False,
-                   max_rounds=3, batch_questions=5)
+    options = dict(
+        methods=HEURISTIC,
+        limit=12,
+        output_dir=str(tmp_path / "out"),
+        seeds=[0, 1],
+        plots=False,
+        max_rounds=3,
+        batch_questions=5,
+    )
     options.update(overrides)
     return evaluate(EvalConfig(**options))
 
@@ -129,9 +138,19 @@ def test_bad_inputs_fail_before_generation(tmp_path):
     no_gold = tmp_path / "nogold.jsonl"
     no_gold.write_text(json.dumps({"question": "1+1?", "answer": ""}) + "\n")
     with pytest.raises(ValueError, match="no questions"):
-        _run(tmp_path, tasks=["local"], limit=None, task_options={"local": {
-            "task_data_files": str(no_gold), "task_kind": "math", "task_question_column": "question",
-            "task_answer_column": "answer"}})
+        _run(
+            tmp_path,
+            tasks=["local"],
+            limit=None,
+            task_options={
+                "local": {
+                    "task_data_files": str(no_gold),
+                    "task_kind": "math",
+                    "task_question_column": "question",
+                    "task_answer_column": "answer",
+                }
+            },
+        )
     assert not (tmp_path / "out" / "samples.jsonl").exists()
 
 
@@ -139,8 +158,18 @@ def test_reused_traces_and_cli(tmp_path, capsys):
     first = _run(tmp_path, seeds=[0])
     traces = tmp_path / "out" / "traces-seed0.jsonl"
     assert traces.is_file()
-    argv = ["--methods", *HEURISTIC, "--traces", str(traces), "--max_rounds", "3", "--output_dir",
-            str(tmp_path / "cli"), "--plots", "false"]
+    argv = [
+        "--methods",
+        *HEURISTIC,
+        "--traces",
+        str(traces),
+        "--max_rounds",
+        "3",
+        "--output_dir",
+        str(tmp_path / "cli"),
+        "--plots",
+        "false",
+    ]
     assert main(argv) == 0
     assert "SIMULATED" in capsys.readouterr().out
     again = json.loads((tmp_path / "cli" / "results.json").read_text())
@@ -183,8 +212,11 @@ class _EchoAgent:
 
     def chat(self, conversations, sampling):
         self.prompts += [c[0]["content"] for c in conversations]
-        return [Generation(text="<answer>7</answer>", prompt_tokens=3, completion_tokens=2)
-                for _ in conversations for _ in range(sampling.n)]
+        return [
+            Generation(text="<answer>7</answer>", prompt_tokens=3, completion_tokens=2)
+            for _ in conversations
+            for _ in range(sampling.n)
+        ]
 
     def count_tokens(self, conversation):
         return 3
@@ -201,8 +233,15 @@ def test_single_agent_prompts_get_memory_guidance(arith_examples):
 def test_memory_is_observed_and_saved_per_batch(tmp_path):
     from metamod.memory import MemoryConfig
 
-    config = EvalConfig(methods=["majority_vote", "consensus"], limit=8, max_rounds=3, seeds=[0], plots=False,
-                        output_dir=str(tmp_path / "mem"), reference_method="consensus")
+    config = EvalConfig(
+        methods=["majority_vote", "consensus"],
+        limit=8,
+        max_rounds=3,
+        seeds=[0],
+        plots=False,
+        output_dir=str(tmp_path / "mem"),
+        reference_method="consensus",
+    )
     doc = evaluate(config, MemoryConfig(memory="behaviour_bank", memory_batch_size=4))
     assert doc["n_samples"]["arith"]["rows"] == 8
     saved = json.loads((tmp_path / "mem" / "memory-seed0.json").read_text())

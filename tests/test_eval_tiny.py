@@ -22,16 +22,27 @@ def tiny_adapter(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("tiny")
     base = ensure_tiny_model(root / "model")
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
-                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
     model.save_pretrained(root / "adapter")
     return root / "adapter"
 
 
 def _config(tmp_path: Path, adapter: Path, mode: str) -> EvalConfig:
-    return EvalConfig(methods=MODEL_METHODS, limit=6, max_rounds=3, output_dir=str(tmp_path / mode), mode=mode,
-                      moderator=str(adapter), moderator_backend_options={"device": "cpu"}, moderator_max_tokens=8,
-                      judge_max_tokens=8, plots=False)
+    return EvalConfig(
+        methods=MODEL_METHODS,
+        limit=6,
+        max_rounds=3,
+        output_dir=str(tmp_path / mode),
+        mode=mode,
+        moderator=str(adapter),
+        moderator_backend_options={"device": "cpu"},
+        moderator_max_tokens=8,
+        judge_max_tokens=8,
+        plots=False,
+    )
 
 
 def test_tiny_moderator_replay_equals_live(tmp_path, tiny_adapter):

@@ -17,9 +17,20 @@ def _records(seed: int, n: int = 200) -> list[dict]:
     for _ in range(n):
         covered = rng.random() < 0.7
         correct = rng.random() < (0.8 if covered else 0.1)
-        out.append({"correct": correct, "covered": covered, "rounds": rng.randint(1, 5), "valid": [rng.random() < 0.9],
-                    "tokens": {"debater_prompt": 100, "debater_completion": 50, "moderator_prompt": 20,
-                               "moderator_completion": 3}})
+        out.append(
+            {
+                "correct": correct,
+                "covered": covered,
+                "rounds": rng.randint(1, 5),
+                "valid": [rng.random() < 0.9],
+                "tokens": {
+                    "debater_prompt": 100,
+                    "debater_completion": 50,
+                    "moderator_prompt": 20,
+                    "moderator_completion": 3,
+                },
+            }
+        )
     return out
 
 
@@ -57,10 +68,16 @@ def test_task_metrics_pairs_by_seed_and_id():
     rows = []
     for seed in (0, 1):
         for i in range(10):
-            rows.append({"id": f"q{i}", "seed": seed, "methods": {
-                "moderator": {"correct": True, "covered": True},
-                "majority_vote": {"correct": i < 2, "covered": True},
-            }})
+            rows.append(
+                {
+                    "id": f"q{i}",
+                    "seed": seed,
+                    "methods": {
+                        "moderator": {"correct": True, "covered": True},
+                        "majority_vote": {"correct": i < 2, "covered": True},
+                    },
+                }
+            )
     results, sig = task_metrics(rows, ["moderator", "majority_vote"], reference="moderator")
     assert sig["majority_vote"] == {"n": 20, "b": 16, "c": 0, "p_value": pytest.approx(2 / 2**16)}
     assert results["majority_vote"]["mcnemar_p_vs_moderator"] == sig["majority_vote"]["p_value"]

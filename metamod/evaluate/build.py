@@ -27,6 +27,7 @@ from .decision import LayerContext
 
 logger = logging.getLogger(__name__)
 
+
 def _backend(backend: str, model: str, adapter: str | None, options: dict[str, Any]) -> BackendConfig:
     try:
         return BackendConfig(backend=backend, model=model, adapter=adapter, **options)
@@ -67,21 +68,27 @@ def resolve_models(config: EvalConfig) -> dict[str, BackendConfig]:
     if "moderator" in needs:
         methods = [m for m in config.methods if m in ("moderator", "adjudication_only", "stopping_only")]
         if not config.moderator:
-            raise ValueError(f"method(s) {methods} need a trained moderator: set `moderator` to an adapter folder or "
-                             "a model (e.g. --moderator checkpoints/tiny)")
+            raise ValueError(
+                f"method(s) {methods} need a trained moderator: set `moderator` to an adapter folder or "
+                "a model (e.g. --moderator checkpoints/tiny)"
+            )
         if mod_kind == "adapter":
             if not base:
                 raise ValueError(f"adapter {config.moderator!r} records no base model; set moderator_base")
             _check_model(base, "moderator_base")
-            specs["moderator"] = _backend(config.moderator_backend, base, config.moderator,
-                                          config.moderator_backend_options)
+            specs["moderator"] = _backend(
+                config.moderator_backend, base, config.moderator, config.moderator_backend_options
+            )
         else:
-            specs["moderator"] = _backend(config.moderator_backend, config.moderator, None,
-                                          config.moderator_backend_options)
+            specs["moderator"] = _backend(
+                config.moderator_backend, config.moderator, None, config.moderator_backend_options
+            )
     if "moderator_base" in needs:
         if not base:
-            raise ValueError("method moderator_prompted needs the untrained moderator model: set moderator_base "
-                             "(or moderator to an adapter that records its base model)")
+            raise ValueError(
+                "method moderator_prompted needs the untrained moderator model: set moderator_base "
+                "(or moderator to an adapter that records its base model)"
+            )
         _check_model(base, "moderator_base")
         specs["moderator_base"] = _backend(config.moderator_backend, base, None, config.moderator_backend_options)
     if "judge" in needs:
@@ -146,8 +153,9 @@ def build_debaters(config: EvalConfig, seed: int, *, agent: Any = None, memory: 
     return [group] * config.num_agents
 
 
-def layer_context(config: EvalConfig, seed: int, generators: dict[str, Any], debaters: list[Any] | None,
-                  memory: Any = None) -> LayerContext:
+def layer_context(
+    config: EvalConfig, seed: int, generators: dict[str, Any], debaters: list[Any] | None, memory: Any = None
+) -> LayerContext:
     """The :class:`LayerContext` shared by every method for one seed."""
     simulated = config.debaters == "simulated"
     return LayerContext(
@@ -156,8 +164,9 @@ def layer_context(config: EvalConfig, seed: int, generators: dict[str, Any], deb
         moderator=generators.get("moderator"),
         moderator_base=generators.get("moderator_base"),
         judge=generators.get("judge"),
-        moderator_sampling=SamplingConfig(temperature=config.moderator_temperature,
-                                          max_tokens=config.moderator_max_tokens, seed=seed),
+        moderator_sampling=SamplingConfig(
+            temperature=config.moderator_temperature, max_tokens=config.moderator_max_tokens, seed=seed
+        ),
         judge_sampling=SamplingConfig(temperature=0.0, max_tokens=config.judge_max_tokens, seed=seed),
         fixed_rounds=config.fixed_rounds,
         agent=None if simulated else generators.get("agent"),

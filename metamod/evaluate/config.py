@@ -26,9 +26,17 @@ MODES = ("replay", "live")
 
 #: the paper's order of rows
 DEFAULT_METHODS = [
-    "single_naive", "single_cot", "single_reflection", "single_cot_sc",
-    "majority_vote", "consensus", "judge", "moderator_prompted", "moderator",
-    "adjudication_only", "stopping_only",
+    "single_naive",
+    "single_cot",
+    "single_reflection",
+    "single_cot_sc",
+    "majority_vote",
+    "consensus",
+    "judge",
+    "moderator_prompted",
+    "moderator",
+    "adjudication_only",
+    "stopping_only",
 ]
 
 
@@ -54,18 +62,24 @@ class EvalConfig:
     )
     mode: str = field(
         default="replay",
-        metadata={"help": "replay: one shared full-length debate per question, replayed per method; live: each "
-                  "method runs its own debates with the decision layer as stop hook (slower; for checks)."},
+        metadata={
+            "help": "replay: one shared full-length debate per question, replayed per method; live: each "
+            "method runs its own debates with the decision layer as stop hook (slower; for checks)."
+        },
     )
     traces: str | None = field(
         default=None,
-        metadata={"help": "Reuse this traces.jsonl (full-length debates) instead of running debates; its questions "
-                  "are evaluated (filtered by `tasks`)."},
+        metadata={
+            "help": "Reuse this traces.jsonl (full-length debates) instead of running debates; its questions "
+            "are evaluated (filtered by `tasks`)."
+        },
     )
     seeds: list[int] = field(
         default_factory=lambda: [0],
-        metadata={"help": "Evaluation seeds: each seed reruns the debates (simulation seed / sampling seed), the "
-                  "tie-breaks and the single-agent baselines; metrics pool all seeds."},
+        metadata={
+            "help": "Evaluation seeds: each seed reruns the debates (simulation seed / sampling seed), the "
+            "tie-breaks and the single-agent baselines; metrics pool all seeds."
+        },
     )
     # ---- debate
     max_rounds: int = field(default=5, metadata={"help": "Debate budget T_max (number of rounds)."})
@@ -95,8 +109,10 @@ class EvalConfig:
     )
     moderator_base: str | None = field(
         default=None,
-        metadata={"help": "Base model of the moderator (prompted moderator; adapter base). None: the adapter's "
-                  "base_model_name_or_path, else the debater model."},
+        metadata={
+            "help": "Base model of the moderator (prompted moderator; adapter base). None: the adapter's "
+            "base_model_name_or_path, else the debater model."
+        },
     )
     moderator_backend: str = field(default="hf", metadata={"help": "Backend of the moderator: hf, vllm or openai."})
     moderator_backend_options: dict = field(
@@ -132,8 +148,16 @@ class EvalConfig:
             raise ValueError(f"debaters must be one of {DEBATER_KINDS}, got {self.debaters!r}")
         if self.debaters != "simulated" and not self.debater_model and self.traces is None:
             raise ValueError(f"debaters={self.debaters!r} needs debater_model (a folder, Hub id or served name)")
-        for name in ("max_rounds", "num_agents", "batch_questions", "moderator_max_tokens", "judge_max_tokens",
-                     "fixed_rounds", "sc_samples", "max_tokens"):
+        for name in (
+            "max_rounds",
+            "num_agents",
+            "batch_questions",
+            "moderator_max_tokens",
+            "judge_max_tokens",
+            "fixed_rounds",
+            "sc_samples",
+            "max_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_agents < 2:
@@ -204,10 +228,14 @@ def classify_model_path(path: str) -> str:
     if (folder / "config.json").is_file():
         return "model"
     if not folder.exists():
-        raise FileNotFoundError(f"moderator {path!r} does not exist; pass an adapter folder (adapter_config.json), "
-                                "a model folder (config.json) or a Hub id")
-    raise ValueError(f"moderator {path!r} is neither a LoRA adapter (no adapter_config.json) nor a model (no "
-                     "config.json); pass e.g. checkpoints/<run>/adapter or a checkpoint-N folder")
+        raise FileNotFoundError(
+            f"moderator {path!r} does not exist; pass an adapter folder (adapter_config.json), "
+            "a model folder (config.json) or a Hub id"
+        )
+    raise ValueError(
+        f"moderator {path!r} is neither a LoRA adapter (no adapter_config.json) nor a model (no "
+        "config.json); pass e.g. checkpoints/<run>/adapter or a checkpoint-N folder"
+    )
 
 
 def adapter_base(path: str) -> str | None:

@@ -185,7 +185,9 @@ class DecisionLayer:
         self.context = context
         for need in self.needs:
             if getattr(context, need) is None:
-                raise ValueError(f"method {self.name!r} needs a {need} generator; configure it (see docs/evaluation.md)")
+                raise ValueError(
+                    f"method {self.name!r} needs a {need} generator; configure it (see docs/evaluation.md)"
+                )
 
     @property
     def last_round(self) -> int:
@@ -236,14 +238,25 @@ class Judge(DecisionLayer):
         if round_index < self.last_round:
             return [StepDecision(stop=False) for _ in debates]
         conversations = [
-            [{"role": "user", "content": render(
-                "judge", question=d["question"], responses=format_responses(round_texts(d, round_index)))}]
+            [
+                {
+                    "role": "user",
+                    "content": render(
+                        "judge", question=d["question"], responses=format_responses(round_texts(d, round_index))
+                    ),
+                }
+            ]
             for d in debates
         ]
         outputs = _single_call(self.context.judge, conversations, self.context.judge_sampling)
         return [
-            StepDecision(stop=True, answer=extract_answer(g.text), raw=g.text,
-                         prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens)
+            StepDecision(
+                stop=True,
+                answer=extract_answer(g.text),
+                raw=g.text,
+                prompt_tokens=g.prompt_tokens,
+                completion_tokens=g.completion_tokens,
+            )
             for g in outputs
         ]
 
@@ -268,10 +281,16 @@ class Moderator(DecisionLayer):
         for g in outputs:
             parsed = parse_decision(g.text)
             stop = bool(parsed.valid and parsed.action == "STOP")
-            decisions.append(StepDecision(
-                stop=stop or final, answer=parsed.answer if stop else None, raw=g.text, valid=bool(parsed.valid),
-                prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens,
-            ))
+            decisions.append(
+                StepDecision(
+                    stop=stop or final,
+                    answer=parsed.answer if stop else None,
+                    raw=g.text,
+                    valid=bool(parsed.valid),
+                    prompt_tokens=g.prompt_tokens,
+                    completion_tokens=g.completion_tokens,
+                )
+            )
         return decisions
 
     def decide(self, round_index, debates):

@@ -54,8 +54,14 @@ def example_from_trace(trace: dict[str, Any]) -> Example:
     if ex.choices:
         suffix = Example(id=ex.id, question="", gold=ex.gold, kind=ex.kind, choices=ex.choices).prompt_text()
         if ex.question.endswith(suffix):
-            ex = Example(id=ex.id, question=ex.question[: -len(suffix)], gold=ex.gold, kind=ex.kind,
-                         choices=ex.choices, meta=ex.meta)
+            ex = Example(
+                id=ex.id,
+                question=ex.question[: -len(suffix)],
+                gold=ex.gold,
+                kind=ex.kind,
+                choices=ex.choices,
+                meta=ex.meta,
+            )
     return ex
 
 
@@ -65,8 +71,10 @@ def _check_examples(task: str, examples: list[Example], source: str) -> None:
     seen: set[str] = set()
     for ex in examples:
         if not isinstance(ex.gold, str) or not ex.gold.strip():
-            raise ValueError(f"task {task!r}, question {ex.id!r} in {source} has no gold answer; evaluation needs "
-                             "gold answers (use a split with answers)")
+            raise ValueError(
+                f"task {task!r}, question {ex.id!r} in {source} has no gold answer; evaluation needs "
+                "gold answers (use a split with answers)"
+            )
         if ex.id in seen:
             raise ValueError(f"task {task!r}: question id {ex.id!r} appears twice in {source}")
         seen.add(ex.id)
@@ -127,7 +135,7 @@ def _repair_samples(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
-        yield list(items[start:start + size])
+        yield list(items[start : start + size])
 
 
 # --------------------------------------------------------------------------------------------- one batch
@@ -149,22 +157,46 @@ class _Grader:
 
 
 def _round_summary(trace: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"round": rnd["round"], "eta": rnd.get("eta"), "answers": [r.get("answer") for r in rnd["responses"]],
-             "prompt_tokens": sum(r["prompt_tokens"] for r in rnd["responses"]),
-             "completion_tokens": sum(r["completion_tokens"] for r in rnd["responses"])}
-            for rnd in trace["rounds"]]
+    return [
+        {
+            "round": rnd["round"],
+            "eta": rnd.get("eta"),
+            "answers": [r.get("answer") for r in rnd["responses"]],
+            "prompt_tokens": sum(r["prompt_tokens"] for r in rnd["responses"]),
+            "completion_tokens": sum(r["completion_tokens"] for r in rnd["responses"]),
+        }
+        for rnd in trace["rounds"]
+    ]
 
 
 def _single_record(outcome: Any) -> dict[str, Any]:
-    return {"final_answer": outcome.answer, "stop_round": None, "rounds": None, "decisions": [], "valid": [],
-            "seen_answers": list(outcome.answers), "texts": list(outcome.texts),
-            "tokens": {"debater_prompt": outcome.prompt_tokens, "debater_completion": outcome.completion_tokens,
-                       "moderator_prompt": 0, "moderator_completion": 0}}
+    return {
+        "final_answer": outcome.answer,
+        "stop_round": None,
+        "rounds": None,
+        "decisions": [],
+        "valid": [],
+        "seen_answers": list(outcome.answers),
+        "texts": list(outcome.texts),
+        "tokens": {
+            "debater_prompt": outcome.prompt_tokens,
+            "debater_completion": outcome.completion_tokens,
+            "moderator_prompt": 0,
+            "moderator_completion": 0,
+        },
+    }
 
 
 def evaluate_batch(
-    batch: list[Example], *, task: str, seed: int, layers: dict[str, Any], debaters: list[Any] | None,
-    config: EvalConfig, traces: dict[str, dict], grade: _Grader,
+    batch: list[Example],
+    *,
+    task: str,
+    seed: int,
+    layers: dict[str, Any],
+    debaters: list[Any] | None,
+    config: EvalConfig,
+    traces: dict[str, dict],
+    grade: _Grader,
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """All methods on one batch of questions.
 
@@ -192,8 +224,9 @@ def evaluate_batch(
     shared = {ex.id: traces[ex.id] for ex in batch if ex.id in traces}
     for method in debate_methods:
         if config.mode == "live":
-            records[method], live = run_live(layers[method], batch, debaters, max_rounds=config.max_rounds,
-                                             task=task, progress=False)
+            records[method], live = run_live(
+                layers[method], batch, debaters, max_rounds=config.max_rounds, task=task, progress=False
+            )
             for ex, trace in zip(batch, live, strict=True):
                 if ex.id not in shared or len(trace["rounds"]) > len(shared[ex.id]["rounds"]):
                     shared[ex.id] = trace
@@ -211,13 +244,20 @@ def evaluate_batch(
             record["covered"] = any(grade(a, ex) for a in record["seen_answers"])
             methods[method] = record
         trace = shared.get(ex.id)
-        rows.append({
-            "task": task, "seed": seed, "id": ex.id, "question": ex.prompt_text(), "gold": ex.gold, "kind": ex.kind,
-            "choices": list(ex.choices) if ex.choices else None,
-            "simulated": bool(trace["simulated"]) if trace else config.debaters == "simulated",
-            "rounds": _round_summary(trace) if trace else [],
-            "methods": methods,
-        })
+        rows.append(
+            {
+                "task": task,
+                "seed": seed,
+                "id": ex.id,
+                "question": ex.prompt_text(),
+                "gold": ex.gold,
+                "kind": ex.kind,
+                "choices": list(ex.choices) if ex.choices else None,
+                "simulated": bool(trace["simulated"]) if trace else config.debaters == "simulated",
+                "rounds": _round_summary(trace) if trace else [],
+                "methods": methods,
+            }
+        )
     return rows, shared
 
 
@@ -249,13 +289,19 @@ def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_confi
     results, significance, n_samples = {}, {}, {}
     for task, task_rows in by_task.items():
         results[task], significance[task] = task_metrics(task_rows, config.methods, reference=config.reference_method)
-        n_samples[task] = {"questions": len({r["id"] for r in task_rows}), "rows": len(task_rows),
-                           "seeds": sorted({r.get("seed", 0) for r in task_rows})}
+        n_samples[task] = {
+            "questions": len({r["id"] for r in task_rows}),
+            "rows": len(task_rows),
+            "seeds": sorted({r.get("seed", 0) for r in task_rows}),
+        }
     simulated = any(r.get("simulated") for r in rows) or config.debaters == "simulated"
     return {
         "results": results,
-        "significance": {"reference": config.reference_method, "test": "exact McNemar (two-sided)",
-                         "by_task": significance},
+        "significance": {
+            "reference": config.reference_method,
+            "test": "exact McNemar (two-sided)",
+            "by_task": significance,
+        },
         "labels": {m: getattr(DECISION_LAYERS.get(m), "label", m) for m in config.methods},
         "simulated": simulated,
         "mode": config.mode,
@@ -320,8 +366,16 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
                         traces = {ex.id: reused[(task, ex.id)] for ex in todo}
                     for batch in _chunks(todo, batch_size):
                         known = set(traces)
-                        rows, shared = evaluate_batch(batch, task=task, seed=seed, layers=layers, debaters=debaters,
-                                                      config=config, traces=traces, grade=grade)
+                        rows, shared = evaluate_batch(
+                            batch,
+                            task=task,
+                            seed=seed,
+                            layers=layers,
+                            debaters=debaters,
+                            config=config,
+                            traces=traces,
+                            grade=grade,
+                        )
                         if writer is not None:
                             for ex in batch:
                                 if ex.id not in known and ex.id in traces:
@@ -341,7 +395,8 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
     document = compute_results(rows, config, memory_config)
     write_json_atomic(output_dir / RESULTS_FILE, document)
     (output_dir / TABLE_FILE).write_text(
-        markdown_tables(document["results"], document["labels"], simulated=document["simulated"]))
+        markdown_tables(document["results"], document["labels"], simulated=document["simulated"])
+    )
     if config.plots and document["results"]:
         write_plots(document["results"], document["labels"], output_dir / "plots", simulated=document["simulated"])
     return document
@@ -351,10 +406,15 @@ def _check_cached_traces(traces: dict[str, dict], debaters: list[Any] | None, pa
     """Refuse to resume from debates made by other debaters (settings, models or number of agents differ)."""
     if not traces or debaters is None:
         return
-    expected = json.loads(json.dumps([
-        {"index": i, "backend": d.backend, "model": d.model, "settings": d.agent_settings(i)}
-        for i, d in enumerate(debaters)
-    ], default=str))
+    expected = json.loads(
+        json.dumps(
+            [
+                {"index": i, "backend": d.backend, "model": d.model, "settings": d.agent_settings(i)}
+                for i, d in enumerate(debaters)
+            ],
+            default=str,
+        )
+    )
     for trace in traces.values():
         if trace["agents"] != expected:
             raise ValueError(
@@ -373,8 +433,9 @@ def _observe(memory: Any, batch: list[Example], rows: list[dict], shared: dict[s
             trace = prefix(trace, record["stop_round"])
         elif trace is None:
             trace = {"id": ex.id, "rounds": [], "single": record}
-        memory.observe(ex, trace, {"correct": bool(record["correct"]), "final_answer": record["final_answer"],
-                                   "method": method})
+        memory.observe(
+            ex, trace, {"correct": bool(record["correct"]), "final_answer": record["final_answer"], "method": method}
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -385,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     document = evaluate(config, memory_config)
     out = Path(config.output_dir)
     print((out / TABLE_FILE).read_text())
-    print(f"results: {out / RESULTS_FILE}  samples: {out / SAMPLES_FILE}"
-          + ("  (SIMULATED debaters)" if document["simulated"] else ""))
+    print(
+        f"results: {out / RESULTS_FILE}  samples: {out / SAMPLES_FILE}"
+        + ("  (SIMULATED debaters)" if document["simulated"] else "")
+    )
     return 0

@@ -190,8 +190,9 @@ def task_metrics(
         if not records:
             continue
         results[method] = method_metrics(records, seeds=[row.get("seed", 0) for row in chosen])
-        correctness[method] = {(row.get("seed", 0), row["id"]): bool(row["methods"][method]["correct"])
-                               for row in chosen}
+        correctness[method] = {
+            (row.get("seed", 0), row["id"]): bool(row["methods"][method]["correct"]) for row in chosen
+        }
     significance: dict[str, dict[str, Any]] = {}
     if reference in correctness:
         for method, values in correctness.items():

@@ -43,8 +43,9 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
-def markdown_tables(results: Mapping[str, Mapping[str, Mapping[str, Any]]], labels: Mapping[str, str], *,
-                    simulated: bool) -> str:
+def markdown_tables(
+    results: Mapping[str, Mapping[str, Mapping[str, Any]]], labels: Mapping[str, str], *, simulated: bool
+) -> str:
     """Two markdown tables: accuracy (methods x tasks, with 95% intervals and the average), and
     rounds / coverage / mis-aggregation / tokens per method and task.
 
@@ -61,8 +62,12 @@ def markdown_tables(results: Mapping[str, Mapping[str, Mapping[str, Any]]], labe
     for task in tasks:
         methods += [m for m in results[task] if m not in methods]
     tag = " -- simulated debaters" if simulated else ""
-    lines = [f"## Accuracy (%){tag}", "",
-             "| Method | " + " | ".join(tasks) + " | Avg |", "|---|" + "---|" * (len(tasks) + 1)]
+    lines = [
+        f"## Accuracy (%){tag}",
+        "",
+        "| Method | " + " | ".join(tasks) + " | Avg |",
+        "|---|" + "---|" * (len(tasks) + 1),
+    ]
     for m in methods:
         cells, accs = [], []
         for task in tasks:
@@ -74,10 +79,16 @@ def markdown_tables(results: Mapping[str, Mapping[str, Mapping[str, Any]]], labe
             cells.append(f"{_pct(r['accuracy'])} [{_pct(r['accuracy_ci_low'])}, {_pct(r['accuracy_ci_high'])}]")
         avg = _pct(sum(accs) / len(accs)) if accs else "-"
         lines.append(f"| {labels.get(m, m)} | " + " | ".join(cells) + f" | {avg} |")
-    lines += ["", "Cells: accuracy [95% Wilson interval], n per task in the second table.", "",
-              f"## Rounds, coverage and mis-aggregation{tag}", "",
-              "| Method | Task | n | mean rounds | coverage (%) | mis-aggregation | correct w/o coverage | "
-              "tokens/question | format-valid (%) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Cells: accuracy [95% Wilson interval], n per task in the second table.",
+        "",
+        f"## Rounds, coverage and mis-aggregation{tag}",
+        "",
+        "| Method | Task | n | mean rounds | coverage (%) | mis-aggregation | correct w/o coverage | "
+        "tokens/question | format-valid (%) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for m in methods:
         for task in tasks:
             r = results[task].get(m)
@@ -93,8 +104,13 @@ def markdown_tables(results: Mapping[str, Mapping[str, Mapping[str, Any]]], labe
     return "\n".join(lines) + "\n"
 
 
-def write_plots(results: Mapping[str, Mapping[str, Mapping[str, Any]]], labels: Mapping[str, str],
-                output_dir: Path, *, simulated: bool) -> list[Path]:
+def write_plots(
+    results: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    labels: Mapping[str, str],
+    output_dir: Path,
+    *,
+    simulated: bool,
+) -> list[Path]:
     """Accuracy per method, mean rounds per debate method (cf. the paper's figure 3) and accuracy vs tokens.
 
     Returns:

@@ -182,7 +182,7 @@ class SingleCoTSC(SingleAgentMethod):
                 logger.warning("single_cot_sc with temperature 0: the %d samples will be identical", k)
             conversations = [[{"role": "user", "content": self._prompt(ex, "single_cot")}] for ex in examples]
             generations = self._chat(conversations, n=k)
-            per_example = [generations[i * k:(i + 1) * k] for i in range(len(examples))]
+            per_example = [generations[i * k : (i + 1) * k] for i in range(len(examples))]
         else:
             stride = self._agent_stride()
             columns = [self._sim([self._request(ex, agent=j * stride) for ex in examples]) for j in range(k)]
@@ -190,8 +190,9 @@ class SingleCoTSC(SingleAgentMethod):
         for ex, o, gens in zip(examples, outcomes, per_example, strict=True):
             for g in gens:
                 o.add(g)
-            o.answer = majority_answer(o.answers, kind=ex.kind, choices=ex.choices, seed=self.context.seed,
-                                       question_id=ex.id)
+            o.answer = majority_answer(
+                o.answers, kind=ex.kind, choices=ex.choices, seed=self.context.seed, question_id=ex.id
+            )
         return outcomes
 
     def _agent_stride(self) -> int:
