@@ -225,8 +225,10 @@ def classify_model_path(path: str) -> str:
         if not Path(folder.parts[0]).is_dir():
             return "hub"
         # `checkpoints/tiny` looks like a Hub id, but its first part is a local folder: a missing local path
-        raise FileNotFoundError(f"moderator {path!r} does not exist (train it first, e.g. `metamod train --config "
-                                "configs/train/tiny_sim.yaml` writes checkpoints/tiny), or pass a Hub id")
+        raise FileNotFoundError(
+            f"moderator {path!r} does not exist (train it first, e.g. `metamod train --config "
+            "configs/train/tiny_sim.yaml` writes checkpoints/tiny), or pass a Hub id"
+        )
     if (folder / "adapter_config.json").is_file():
         return "adapter"
     if (folder / "config.json").is_file():
