@@ -59,7 +59,9 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
             raise ConfigError(f"Config file not found: {path}")
         data = yaml.safe_load(path.read_text()) or {}
         if not isinstance(data, dict):
-            raise ConfigError(f"Config file {path} must contain a YAML mapping of key: value, got {type(data).__name__}")
+            raise ConfigError(
+                f"Config file {path} must contain a YAML mapping of key: value, got {type(data).__name__}"
+            )
         unknown = sorted(k for k in data if k not in valid and k != "env")
         if unknown:
             raise ConfigError(f"Unknown key(s) {unknown} in {path}. Valid keys: {', '.join(valid)}")

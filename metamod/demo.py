@@ -180,7 +180,9 @@ def write_report(out: Path, paths: dict[str, Path], timings: dict[str, float], *
         "Everything below was produced by `make demo` / `metamod demo` on this machine"
         + (" with `--quick` (reduced sizes: the numbers are a smoke check, not a result)." if quick else "."),
         "Debaters are simulated (a seeded stochastic model of debate dynamics, see docs/rollout.md); the moderator"
-        " is the tiny offline model trained with a warm start + GRPO + LoRA." if simulated else "",
+        " is the tiny offline model trained with a warm start + GRPO + LoRA."
+        if simulated
+        else "",
         "",
         "## Evaluation",
         "",

@@ -16,14 +16,24 @@ def test_demo_quick_writes_every_artefact(tmp_path):
     results = json.loads((out / "eval" / "results.json").read_text())
     assert results["simulated"] is True
     methods = results["results"]["arith"]
-    assert {"majority_vote", "consensus", "judge", "moderator", "moderator_prompted", "adjudication_only",
-            "stopping_only", "single_cot"} <= set(methods)
+    assert {
+        "majority_vote",
+        "consensus",
+        "judge",
+        "moderator",
+        "moderator_prompted",
+        "adjudication_only",
+        "stopping_only",
+        "single_cot",
+    } <= set(methods)
     assert (out / "export" / "adapter_model.safetensors").is_file()
     assert "base_model" in (out / "export" / "README.md").read_text()
     assert list((out / "eval" / "plots").glob("*.png"))
     # a rerun skips finished stages and rewrites the same report
-    assert run_demo(DemoConfig(output_dir=str(out), quick=True)).read_text().split("## Artefacts")[0] == \
-        text.split("## Artefacts")[0]
+    assert (
+        run_demo(DemoConfig(output_dir=str(out), quick=True)).read_text().split("## Artefacts")[0]
+        == text.split("## Artefacts")[0]
+    )
 
 
 def test_demo_missing_config_is_a_clear_error(tmp_path):

@@ -44,7 +44,9 @@ class Example:
         """The question as shown to models: multiple-choice options rendered with letters."""
         if not self.choices:
             return self.question
-        options = "\n".join(f"({letter}) {text}" for letter, text in zip(string.ascii_uppercase, self.choices, strict=False))
+        options = "\n".join(
+            f"({letter}) {text}" for letter, text in zip(string.ascii_uppercase, self.choices, strict=False)
+        )
         return f"{self.question}\n{options}"
 
     def to_dict(self) -> dict[str, Any]:
