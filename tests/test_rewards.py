@@ -10,6 +10,7 @@ from metamod.rewards import (
     answer_reward,
     control_reward,
     format_reward,
+    format_strict_reward,
     get_format_reward,
     get_reward_funcs,
     parse_decision,
@@ -53,7 +54,9 @@ CASES = {
 }
 
 # text -> format reward on a normal row
-FORMAT = {text: (1.0 if v[2] else 0.5 if v[3] == "no_answer_span" else 0.0) for text, v in CASES.items()}
+PARTIAL = {"no_answer_span", "stop_with_text", "unclosed_tag", "empty_answer"}
+FORMAT = {text: (1.0 if v[2] else 0.5 if v[3] in PARTIAL else 0.0) for text, v in CASES.items()}
+FORMAT_STRICT = {text: (1.0 if v[2] else 0.5 if v[3] == "no_answer_span" else 0.0) for text, v in CASES.items()}
 
 
 @pytest.mark.parametrize("text", list(CASES))
@@ -61,7 +64,8 @@ def test_parse_decision_cases(text):
     action, answer, valid, reason = CASES[text]
     decision = parse_decision(text)
     assert decision == Decision(action, answer, valid, reason)
-    assert decision.partial == (reason == "no_answer_span")
+    assert decision.partial == (reason in PARTIAL)
+    assert decision.bare_stop == (reason == "no_answer_span")
 
 
 def test_parse_decision_none_and_frozen():
@@ -80,6 +84,7 @@ def test_format_reward_all_cases(shape):
     completions = texts if shape == "plain" else [conv(t) for t in texts]
     assert format_reward(completions) == [FORMAT[t] for t in texts]
     assert format_reward(completions, is_final_round=[False] * len(texts)) == [FORMAT[t] for t in texts]
+    assert format_strict_reward(completions) == [FORMAT_STRICT[t] for t in texts]
 
 
 def test_format_reward_final_round_rejects_continue():

@@ -4,7 +4,7 @@
 ``reward_weights`` config keys into what ``trl.GRPOTrainer`` takes.
 
 >>> sorted(REWARDS)
-['answer', 'control', 'format']
+['answer', 'control', 'format', 'format_strict']
 >>> funcs, weights = get_reward_funcs(["format", "control"])
 >>> [f.__name__ for f in funcs], weights
 (['format_reward', 'control_reward'], [1.0, 1.0])
@@ -22,6 +22,7 @@ from metamod.rewards.moderator import (
     completion_text,
     control_reward,
     format_reward,
+    format_strict_reward,
     get_format_reward,
     parse_decision,
 )
@@ -29,6 +30,7 @@ from metamod.rewards.moderator import (
 #: config name -> reward callable (TRL contract: ``f(completions, **columns) -> list[float | None]``)
 REWARDS: dict[str, Callable] = {
     "format": format_reward,
+    "format_strict": format_strict_reward,
     "control": control_reward,
     "answer": answer_reward,
 }
@@ -94,6 +96,7 @@ __all__ = [
     "completion_text",
     "control_reward",
     "format_reward",
+    "format_strict_reward",
     "get_format_reward",
     "get_reward_funcs",
     "parse_decision",

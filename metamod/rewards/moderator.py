@@ -17,9 +17,13 @@ Parsing rules (all decided here and tested in ``tests/test_rewards.py``):
 * ``STOP`` + one non-empty span + nothing else is valid. Text after ``</answer>``, a second span, an empty span or
   unmatched tags make it invalid (``valid=False``) while ``action`` stays ``"STOP"`` and ``answer`` keeps the first
   non-empty span, so a lenient caller can still read it.
-* ``STOP`` alone is the partial case: action ``"STOP"``, answer ``None``, ``valid=False``,
-  ``reason="no_answer_span"`` (format reward 0.5). ``STOP`` + other text without an answer tag is invalid
-  (``reason="stop_with_text"``, format reward 0): crediting it let a tiny policy collect 0.5 for ``STOP < < <``.
+* ``STOP`` without a properly delimited, non-empty answer span is the partial case of the paper (format reward
+  0.5): ``STOP`` alone (``reason="no_answer_span"``), ``STOP`` + text without tags (``"stop_with_text"``), an
+  unclosed tag (``"unclosed_tag"``) or an empty span (``"empty_answer"``). ``STOP`` with a span plus extra text
+  is not partial (it has a span; the extra text breaks the protocol: 0).
+* The registered ``format_strict`` reward gives the partial credit to ``STOP`` ALONE only: under the paper's rule a
+  tiny policy collected 0.5 for ``STOP < < <`` and never learned the span (see docs/training.md); the CPU default
+  config uses it, the paper configs use ``format``.
 * ``CONTINUE`` must stand alone; ``CONTINUE.`` or ``CONTINUE because ...`` is invalid with action ``"CONTINUE"``.
 * A keyword must be a whole word at the very start: ``STOPPED`` or ``I say STOP`` give action ``None``.
 
@@ -44,6 +48,9 @@ CLOSE_TAG = "</answer>"
 
 _KEYWORD = re.compile(r"^(STOP|CONTINUE)(?![A-Za-z0-9_])")
 _SPAN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+#: invalid STOP outputs that lack a properly delimited, non-empty answer span (paper: partial credit)
+_PARTIAL_REASONS = frozenset({"no_answer_span", "stop_with_text", "unclosed_tag", "empty_answer"})
 
 #: reason codes carried by :class:`Decision` (``"ok"`` for a valid decision)
 REASONS = (
@@ -79,7 +86,12 @@ class Decision:
 
     @property
     def partial(self) -> bool:
-        """``STOP`` without any answer span (the case the format reward gives partial credit)."""
+        """``STOP`` without a properly delimited, non-empty answer span (the paper's partial-credit case)."""
+        return self.action == STOP and self.reason in _PARTIAL_REASONS
+
+    @property
+    def bare_stop(self) -> bool:
+        """``STOP`` and nothing else (the only partial case under the strict format reward)."""
         return self.action == STOP and self.reason == "no_answer_span"
 
 
@@ -170,10 +182,10 @@ def _flag(values: Sequence[Any] | None, index: int) -> bool:
 class FormatReward:
     """Callable behind :func:`format_reward` / :func:`get_format_reward` (picklable, stable ``__name__``)."""
 
-    __name__ = "format_reward"
-
-    def __init__(self, partial_credit: float = 0.5):
+    def __init__(self, partial_credit: float = 0.5, strict: bool = False):
         self.partial_credit = float(partial_credit)
+        self.strict = bool(strict)
+        self.__name__ = "format_strict_reward" if strict else "format_reward"
 
     def __call__(self, completions: Sequence[Any], is_final_round: Sequence[bool] | None = None, **kwargs: Any):
         rewards: list[float | None] = []
@@ -183,37 +195,40 @@ class FormatReward:
                 rewards.append(0.0)  # the forced-answer prompt only allows STOP + answer
             elif decision.valid:
                 rewards.append(1.0)
-            elif decision.partial:
+            elif decision.bare_stop if self.strict else decision.partial:
                 rewards.append(self.partial_credit)
             else:
                 rewards.append(0.0)
         return rewards
 
     def __repr__(self) -> str:
-        return f"FormatReward(partial_credit={self.partial_credit})"
+        return f"FormatReward(partial_credit={self.partial_credit}, strict={self.strict})"
 
 
-def get_format_reward(partial_credit: float = 0.5) -> FormatReward:
+def get_format_reward(partial_credit: float = 0.5, strict: bool = False) -> FormatReward:
     """Build a format reward with a chosen credit for ``STOP`` without an answer span (the paper uses 0.5).
 
     Args:
-        partial_credit: reward for ``STOP`` alone (no answer span), in ``[0, 1]``.
+        partial_credit: reward for the partial case, in ``[0, 1]``.
+        strict: give the partial credit to ``STOP`` alone only (``STOP`` + junk gets 0).
 
     Returns:
-        A picklable reward callable named ``format_reward``.
+        A picklable reward callable named ``format_reward`` (``format_strict_reward`` when strict).
 
-    >>> get_format_reward(0.25)(["STOP", "CONTINUE", "maybe"])
-    [0.25, 1.0, 0.0]
+    >>> get_format_reward(0.25)(["STOP", "STOP < <", "CONTINUE", "maybe"])
+    [0.25, 0.25, 1.0, 0.0]
+    >>> get_format_reward(0.5, strict=True)(["STOP", "STOP < <"])
+    [0.5, 0.0]
     """
     if not 0.0 <= partial_credit <= 1.0:
         raise ValueError(f"partial_credit must be in [0, 1], got {partial_credit}; the paper uses 0.5")
-    return FormatReward(partial_credit)
+    return FormatReward(partial_credit, strict=strict)
 
 
 def format_reward(
     completions: Sequence[Any], is_final_round: Sequence[bool] | None = None, **kwargs: Any
 ) -> list[float | None]:
-    """R_fmt: 1 for ``CONTINUE`` alone or ``STOP`` + one answer span, 0.5 for ``STOP`` without a span, else 0.
+    """R_fmt (paper): 1 for ``CONTINUE`` alone or ``STOP`` + one answer span, 0.5 for ``STOP`` without a span, else 0.
 
     On a forced-answer row (``is_final_round`` true) ``CONTINUE`` gets 0: that prompt asks for STOP + answer only.
 
@@ -225,8 +240,8 @@ def format_reward(
     Returns:
         One float per completion.
 
-    >>> format_reward(["CONTINUE", "STOP <answer>7</answer>", "STOP", "STOP <answer>7</answer> ok", "yes"])
-    [1.0, 1.0, 0.5, 0.0, 0.0]
+    >>> format_reward(["CONTINUE", "STOP <answer>7</answer>", "STOP", "STOP 7", "STOP <answer>7</answer> ok", "yes"])
+    [1.0, 1.0, 0.5, 0.5, 0.0, 0.0]
     >>> format_reward([[{"role": "assistant", "content": "CONTINUE"}]], is_final_round=[True])
     [0.0]
     """
@@ -234,6 +249,18 @@ def format_reward(
 
 
 _DEFAULT_FORMAT = FormatReward(0.5)
+_STRICT_FORMAT = FormatReward(0.5, strict=True)
+
+
+def format_strict_reward(
+    completions: Sequence[Any], is_final_round: Sequence[bool] | None = None, **kwargs: Any
+) -> list[float | None]:
+    """R_fmt with the partial credit for ``STOP`` ALONE only (``STOP`` + text without a span gets 0).
+
+    >>> format_strict_reward(["STOP", "STOP 7", "STOP <answer>7</answer>"])
+    [0.5, 0.0, 1.0]
+    """
+    return _STRICT_FORMAT(completions, is_final_round=is_final_round)
 
 
 def control_reward(

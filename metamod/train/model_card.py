@@ -35,8 +35,10 @@ BASE_TAGS = ["meta-moderator", "grpo", "lora", "trl", "multi-agent-debate"]
 #: reward name (``reward_funcs`` config key) -> what it pays, in the card's words
 REWARD_DESCRIPTIONS: dict[str, str] = {
     "format": "**format** (R_fmt): 1 for a well-formed decision (`CONTINUE` alone, or `STOP` plus exactly one "
-    "non-empty `<answer>` span and nothing else), 0.5 for `STOP` with no answer span, 0 otherwise (and 0 for "
-    "`CONTINUE` on a forced last-round prompt).",
+    "non-empty `<answer>` span and nothing else), 0.5 for `STOP` without a properly delimited answer span, 0 "
+    "otherwise (and 0 for `CONTINUE` on a forced last-round prompt).",
+    "format_strict": "**format_strict** (R_fmt, strict variant): as the paper's format reward, but only a bare "
+    "`STOP` earns the 0.5 partial credit (`STOP` followed by other text without a span gets 0).",
     "control": "**control** (R_ctrl): 1 for `STOP` when at least one debater's answer at that round already "
     "matches the gold answer (eta = 1), 1 for `CONTINUE` when none does (eta = 0), 0 otherwise; not applied on "
     "the forced last round. Gold is used only for this offline reward, never shown to the moderator.",
