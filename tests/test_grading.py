@@ -267,3 +267,13 @@ def test_pathological_math_returns_quickly_off_the_main_thread(prediction):
     """Off the main thread math-verify has no timeout, so inputs that make sympy build huge numbers are refused."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         assert pool.submit(is_equivalent, prediction, "5", "math").result(timeout=30) is False
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold"),
+    [("32", r"\$32"), (r"\$32", "32"), ("18.90", r"\$18.90"), (r"\$18.9", r"\$18.90"), (r"\$1,000", "1000")],
+)
+def test_latex_escaped_dollar_is_a_currency_sign(prediction, gold):
+    """MATH-style golds write dollars as ``\\$``; the escaped sign must not hide the number."""
+    assert is_equivalent(prediction, gold, "math")
+    assert not is_equivalent("33", gold, "math")

@@ -163,7 +163,8 @@ def _to_number(text: str) -> Fraction | None:
     boxed = _boxed_contents(text)
     if boxed and re.fullmatch(r"\s*\\(?:boxed|fbox)\s*\{.*\}\s*", text, re.DOTALL):
         text = boxed[-1]
-    text = text.replace("$", "").replace("\\%", "").replace("%", "").replace("\\!", "").replace("\\,", "")
+    text = text.replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
+    text = text.replace("\\!", "").replace("\\,", "")
     text = re.sub(r"\\text\s*\{[^{}]*\}", " ", text)
     text = _THOUSANDS_RE.sub("", text).strip().rstrip(".").strip()
     if not text or len(text) > 64:
@@ -197,7 +198,7 @@ def _latex_key(text: str) -> str:
     boxed = _boxed_contents(text)
     if boxed and re.fullmatch(r"\s*\\(?:boxed|fbox)\s*\{.*\}\s*", text, re.DOTALL):
         text = boxed[-1]
-    text = text.replace("$", "").replace("\\left", "").replace("\\right", "")
+    text = text.replace("\\$", "").replace("$", "").replace("\\left", "").replace("\\right", "")
     text = re.sub(r"\\[dt]frac", r"\\frac", text)
     text = re.sub(r"\\text\s*\{([^{}]*)\}", r"\1", text)
     return re.sub(r"\s+", "", text).rstrip(".")
