@@ -196,7 +196,8 @@ def write_report(out: Path, paths: dict[str, Path], timings: dict[str, float], *
         "",
         f"- debates: {rollout_summary.get('total_traces')} questions, eta rate by round "
         f"{rollout_summary.get('eta_rate_by_round')}, coverage {rollout_summary.get('coverage')}",
-        f"- GRPO steps: {train_summary.get('global_step')} in {train_summary.get('wall_time_s', 0):.0f} s",
+        f"- train stage (warm start + {train_summary.get('global_step')} GRPO steps): "
+        f"{train_summary.get('wall_time_s', 0):.0f} s",
         f"- mean reward, first vs last logged step: {_reward(train_summary.get('first_logged'))} -> "
         f"{_reward(train_summary.get('last_logged'))}",
         "",
