@@ -240,11 +240,12 @@ def _yes_no(text: str) -> str | None:
     words = text.lower().translate(_PUNCT_TABLE).split()
     if not words:
         return None
-    if words[0] in ("yes", "true"):
-        return "yes"
-    if words[0] in ("no", "false"):
-        return "no"
-    return None
+    polarity = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
+    first = polarity.get(words[0])
+    # a hedge such as "yes and no" / "true or false" commits to nothing: unparsable, never correct
+    if first and len(words) >= 3 and words[1] in ("and", "or") and polarity.get(words[2], first) != first:
+        return None
+    return first
 
 
 def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | None = None) -> str | None:
