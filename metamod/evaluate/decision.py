@@ -39,6 +39,7 @@ False
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -167,7 +168,7 @@ def _single_call(generator: Generator, conversations: list[list[dict]], sampling
 # --------------------------------------------------------------------------------------------- base
 
 
-class DecisionLayer:
+class DecisionLayer(ABC):
     """Base class of debate decision layers.
 
     Subclasses set ``name``, ``label`` (table row name) and ``needs`` (the :class:`LayerContext` generators they
@@ -194,6 +195,7 @@ class DecisionLayer:
         """0-based index of the round at which this layer forces a decision."""
         return self.context.max_rounds - 1
 
+    @abstractmethod
     def decide(self, round_index: int, debates: list[dict[str, Any]]) -> list[StepDecision]:
         """Decide for every active debate after round ``round_index`` (its rounds ``0..round_index`` are given).
 

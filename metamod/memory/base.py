@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import tempfile
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -170,7 +171,7 @@ def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
     return path
 
 
-class BaseMemory:
+class BaseMemory(ABC):
     """Shared plumbing: JSON save/load around ``state_dict`` / ``load_state_dict``, which subclasses implement.
 
     A saved file looks like ``{"format": "metamod-memory", "version": 1, "memory": <name>, "config": {...},
@@ -180,12 +181,15 @@ class BaseMemory:
 
     name: str = "base"
 
+    @abstractmethod
     def guidance(self, example: Example, role: str) -> str:
         raise NotImplementedError
 
+    @abstractmethod
     def observe(self, example: Example, trace: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
+    @abstractmethod
     def end_batch(self) -> None:
         raise NotImplementedError
 
@@ -193,10 +197,12 @@ class BaseMemory:
         """The settings this memory was built with (JSON-serialisable)."""
         return {}
 
+    @abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly where this memory is (JSON-serialisable)."""
         raise NotImplementedError
 
+    @abstractmethod
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a state produced by :meth:`state_dict`."""
         raise NotImplementedError
