@@ -26,12 +26,13 @@ from metamod.config import parse_config, save_resolved_config
 from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent
 
+from ..files import atomic_write_json
 from .build import build_debaters, build_generators, layer_context, resolve_models
 from .config import EvalConfig
 from .decision import DECISION_LAYERS, build_layer
 from .metrics import task_metrics
 from .replay import prefix, replay, run_live
-from .report import markdown_tables, versions, write_json_atomic, write_plots
+from .report import markdown_tables, versions, write_plots
 
 logger = logging.getLogger(__name__)
 
@@ -393,7 +394,7 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
                     writer.close()
     rows = read_samples(samples_path)
     document = compute_results(rows, config, memory_config)
-    write_json_atomic(output_dir / RESULTS_FILE, document)
+    atomic_write_json(output_dir / RESULTS_FILE, document, indent=2, sort_keys=False)
     (output_dir / TABLE_FILE).write_text(
         markdown_tables(document["results"], document["labels"], simulated=document["simulated"])
     )

@@ -8,9 +8,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,13 +28,6 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:
             continue
     return out
-
-
-def write_json_atomic(path: Path, data: Any) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
 
 
 def _pct(value: float) -> str:

@@ -38,12 +38,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from metamod.files import atomic_write_json
 from metamod.prompts import render
 from metamod.tasks.base import Example
 
@@ -145,30 +145,6 @@ def check_outcome(example: Example, outcome: Mapping[str, Any]) -> None:
         raise ValueError(
             f"observe(): outcome['correct'] for example {example.id!r} must be a bool, got {outcome['correct']!r}"
         )
-
-
-def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
-    """Write ``data`` as JSON to ``path`` via a temporary file in the same folder and an atomic rename.
-
-    >>> import tempfile, pathlib
-    >>> p = atomic_write_json(pathlib.Path(tempfile.mkdtemp()) / "m.json", {"a": 1})
-    >>> json.loads(p.read_text())
-    {'a': 1}
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True, ensure_ascii=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 class BaseMemory(ABC):
