@@ -21,15 +21,10 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-DEBATE_METHODS = [
-    "majority_vote",
-    "consensus",
-    "judge",
-    "moderator_prompted",
-    "moderator",
-    "adjudication_only",
-    "stopping_only",
-]
+from metamod.evaluate.config import DEFAULT_METHODS  # noqa: E402
+
+#: the 7 debate decision layers (every default method except the single-agent baselines)
+DEBATE_METHODS = [m for m in DEFAULT_METHODS if not m.startswith("single_")]
 
 
 def tiny_adapter(root: Path) -> Path:
