@@ -146,14 +146,14 @@ def test_mc_without_choices_uses_letters_only():
         ("Yes.", "yes", True),
         ("TRUE", "yes", True),
         ("true", "True", True),
-        ("No, because penguins cannot fly.", "no", True),
+        ("No, because penguins cannot fly.", "no", False),  # the whole answer must be a yes/no token
         ("false", "no", True),
         ("<answer>No</answer>", "no", True),
         ("yes", "no", False),
         ("maybe", "yes", False),
         ("yes and no", "yes", False),
         ("True or false", "no", False),
-        ("No, that is not true", "no", True),
+        ("No, that is not true", "no", False),
         ("yes and yes", "yes", True),
         ("", "yes", False),
         (None, "no", False),
@@ -162,6 +162,131 @@ def test_mc_without_choices_uses_letters_only():
 )
 def test_yesno(prediction, gold, expected):
     assert is_equivalent(prediction, gold, "yesno") is expected
+
+
+@pytest.mark.parametrize(
+    ("prediction", "expected"),
+    [
+        ("yes", "yes"),
+        ("Yes.", "yes"),
+        (" no!", "no"),
+        ("TRUE", "yes"),
+        ("False.", "no"),
+        ("**No**", "no"),
+        ("Answer: no", "no"),
+        ("<answer> Yes </answer>", "yes"),
+        ("\\boxed{\\text{No}}", "no"),
+    ],
+)
+def test_yesno_whole_answer_token_parses(prediction, expected):
+    assert normalize_answer(prediction, "yesno") == expected
+    assert is_equivalent(prediction, expected, "yesno")
+
+
+@pytest.mark.parametrize(
+    "prediction",
+    [
+        "No idea",
+        "No consensus reached",
+        "no answer",
+        "yes, but only if it rains",
+        "Yes and no",
+        "No, because penguins cannot fly.",
+        "yes or no",
+        "not yes",
+        "Yes?? no",
+        "<answer>No idea</answer>",
+    ],
+)
+def test_yesno_anything_but_one_token_is_unparsable(prediction):
+    assert normalize_answer(prediction, "yesno") is None
+    assert not is_equivalent(prediction, "yes", "yesno")
+    assert not is_equivalent(prediction, "no", "yesno")
+
+
+@pytest.mark.parametrize(
+    "prediction",
+    [
+        "(B) or (C)",
+        "B and C",
+        "B or C",
+        "either A or D",
+        "B/C",
+        "(B)/(C)",
+        "B) or C)",
+        "B. Or C.",
+        "(B) & (C)",
+        "B or maybe C",
+        "B, C",
+        "B) the dog or C) a bird",
+        "Answer: (B) or (C)",
+        "The answer is B or C.",
+        "<answer>(C) or (B)</answer>",
+    ],
+)
+def test_mc_hedge_is_unparsable(prediction):
+    for choices in (CHOICES, None):
+        assert normalize_answer(prediction, "mc", choices) is None
+        for gold in "ABCD":
+            assert not is_equivalent(prediction, gold, "mc", choices)
+
+
+@pytest.mark.parametrize(
+    "prediction", ["(B)", "B", "B) Paris", "B) a cat", "B) the dog", "The answer is B", "the dog", "(B) or (B)"]
+)
+def test_mc_single_option_still_parses(prediction):
+    """One option, possibly followed by some text (even text that starts with a capital "A"), is that option."""
+    assert normalize_answer(prediction, "mc", CHOICES) == "B"
+    assert is_equivalent(prediction, "B", "mc", CHOICES)
+
+
+def test_mc_option_text_with_a_connector_is_not_a_hedge():
+    choices = ["I only", "II only", "I and II", "vitamins A and D"]
+    assert is_equivalent("I and II", "C", "mc", choices)
+    assert is_equivalent("C) I and II", "C", "mc", choices)
+    assert is_equivalent("(D) vitamins A and D", "D", "mc", choices)
+    assert normalize_answer("(A) I only, and I am sure", "mc", choices) == "A"  # "I" is not an option letter here
+
+
+@pytest.mark.parametrize(
+    "prediction", ["5 or 7", "5 and 7", "either 5 or 7", "7 or 5", "5, or 7", "x = 5 or x = 7", "x=5 \\text{ or } x=7"]
+)
+def test_math_two_values_are_unparsable(prediction):
+    assert normalize_answer(prediction, "math") is None
+    for gold in ("5", "7", "x = 5", "x = 7"):
+        assert not is_equivalent(prediction, gold, "math")
+
+
+@pytest.mark.parametrize(
+    "prediction", ["5", "$5", "5.0", "\\boxed{5}", "<answer>5</answer>", "5 dollars", "5 or 5", "5 and 5.0"]
+)
+def test_math_single_value_still_parses(prediction):
+    """One value, however written; the same value repeated ("5 or 5") is that value, not a hedge."""
+    assert normalize_answer(prediction, "math") == "5"
+    assert is_equivalent(prediction, "5", "math")
+
+
+def test_math_gold_that_joins_values_can_be_matched():
+    assert is_equivalent("1 or -2", "1 \\text{ or } -2", "math")
+    assert not is_equivalent("1 or -3", "1 \\text{ or } -2", "math")
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "kind", "choices"),
+    [
+        ("no idea", "no", "yesno", None),
+        ("No consensus reached", "no", "yesno", None),
+        ("(B) or (C)", "B", "mc", CHOICES),
+        ("either 5 or 7", "5", "math", None),
+        ("<answer></answer>", "", "math", None),
+        ("<answer>  </answer> the answer is 12", "12", "math", None),
+        ("(Z)", "Z", "mc", CHOICES),
+        ("maybe", "maybe", "yesno", None),
+    ],
+)
+def test_unparsable_is_never_correct(prediction, gold, kind, choices):
+    assert normalize_answer(prediction, kind, choices) is None
+    assert not is_equivalent(prediction, gold, kind, choices)
 
 
 @pytest.mark.parametrize(

@@ -98,3 +98,68 @@ def test_dynamics_have_the_paper_shape():
         trace_dynamics(by_level[1])["agent_accuracy_by_round"][0]
         > trace_dynamics(by_level[5])["agent_accuracy_by_round"][0]
     )
+
+
+# ------------------------------------------------------------------------------------------- confidence wording
+
+_CONFIDENT = ("I checked each step again and it holds.", "Each line follows from the previous one.")
+_HEDGED = ("I am fairly sure about this.", "This seems right to me.")
+
+
+def _confident_rates(config, n=1500, agents=4):
+    """Share of confident closing remarks among round-0 responses that have one, for right and wrong answers."""
+    sim = SimulatedDebaters(config)
+    requests = [DebateRequest(example=ex, agent=a, round=0) for ex in _examples(n) for a in range(agents)]
+    counts = {True: [0, 0], False: [0, 0]}  # correct -> [confident, with a remark]
+    for request, out in zip(requests, sim.respond(requests), strict=True):
+        answer = extract_answer(out.text)
+        confident, hedged = any(p in out.text for p in _CONFIDENT), any(p in out.text for p in _HEDGED)
+        if answer is None or not (confident or hedged):
+            continue
+        assert not (confident and hedged), out.text
+        tally = counts[is_equivalent(answer, request.example.gold, "math")]
+        tally[0] += confident
+        tally[1] += 1
+    assert min(counts[True][1], counts[False][1]) > 800  # enough of each for the tolerances below
+    return counts[True][0] / counts[True][1], counts[False][0] / counts[False][1]
+
+
+def test_zero_confidence_correlation_makes_wording_uninformative():
+    right, wrong = _confident_rates(SimulationConfig(confidence_correlation=0.0))
+    # both ~0.5; with >800 remarks per group the standard error of the gap is < 0.03, so 0.1 is > 3 sigma
+    assert abs(right - wrong) < 0.1, (right, wrong)
+    assert 0.4 < wrong < 0.6 and 0.4 < right < 0.6, (right, wrong)
+
+
+def test_default_confidence_is_a_noisy_hint():
+    assert SimulationConfig().confidence_correlation == 0.3
+    right, wrong = _confident_rates(SimulationConfig())
+    # expected 0.65 vs 0.35: confident wording is likelier when right, but wrong answers sound sure often too
+    assert right - wrong > 0.15, (right, wrong)
+    assert wrong > 0.2 and right < 0.8, (right, wrong)
+
+
+def test_perfect_and_negative_confidence_correlation():
+    right, wrong = _confident_rates(SimulationConfig(confidence_correlation=1.0))
+    assert (right, wrong) == (1.0, 0.0)
+    right, wrong = _confident_rates(SimulationConfig(confidence_correlation=-1.0))
+    assert (right, wrong) == (0.0, 1.0)
+
+
+def test_confidence_correlation_changes_wording_only_and_stays_deterministic():
+    examples = _examples(40)
+    noisy = _run(examples, config=SimulationConfig(confidence_correlation=0.3))
+    assert noisy == _run(examples, config=SimulationConfig(confidence_correlation=0.3))  # same seed, same traces
+    tell = _run(examples, config=SimulationConfig(confidence_correlation=1.0))
+
+    def answers(traces):
+        return [[r["answer"] for rnd in t["rounds"] for r in rnd["responses"]] for t in traces]
+
+    assert answers(noisy) == answers(tell)  # the debate itself is untouched
+    assert [t["rounds"] for t in noisy] != [t["rounds"] for t in tell]  # only the wording moved
+
+
+def test_confidence_correlation_is_checked():
+    with pytest.raises(ValueError, match=r"confidence_correlation must be in \[-1, 1\].*got 1.5"):
+        SimulationConfig(confidence_correlation=1.5)
+    SimulationConfig(confidence_correlation=-1.0)

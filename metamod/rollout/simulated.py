@@ -18,9 +18,15 @@ The model (every knob is a :class:`SimulationConfig` field; docs/rollout.md give
   arithmetic on that line is visibly off with probability ``slip_visible``); debate rounds refer to the peers;
   ``<answer>...</answer>`` at the end. With probability ``garble_prob`` a response is cut off before its answer
   (no parsable answer); the agent then re-solves from scratch at the next round.
+* **Confidence wording.** The closing remark is confident ("Each line follows from the previous one.") or hedged
+  ("This seems right to me.") with ``P(confident | correct) = (1 + confidence_correlation) / 2`` and
+  ``P(confident | wrong) = (1 - confidence_correlation) / 2``, so style is only a noisy hint of correctness:
+  ``0`` makes it uninformative, ``1`` a perfect tell (the old behaviour), negative values make wrong answers the
+  confident ones. Either kind of remark is left out a third of the time.
 
-Randomness is drawn from a generator seeded by ``(seed, question id, agent, round)`` only, so traces do not
-depend on batching, chunking or sharding. Traces from these debaters are labelled ``simulated``.
+Randomness is drawn from a generator seeded by ``(seed, question id, agent, round)`` only (the confident-or-hedged
+choice from its own stream seeded the same way), so traces do not depend on batching, chunking or sharding.
+Traces from these debaters are labelled ``simulated``.
 
 >>> from metamod.tasks.base import Example
 >>> from metamod.rollout.debaters import DebateRequest
@@ -122,6 +128,14 @@ class SimulationConfig:
     garble_prob: float = field(
         default=0.015, metadata={"help": "Probability that a response is cut off before its answer (unparsable)."}
     )
+    confidence_correlation: float = field(
+        default=0.3,
+        metadata={
+            "help": "How much confident wording tells of correctness, in [-1, 1]: P(confident | correct) = (1 + c) / 2 "
+            "and P(confident | wrong) = (1 - c) / 2, so c is the difference between the two. 0 = style carries no "
+            "signal, 1 = only correct answers sound confident (a perfect tell)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if not self.agent_accuracy or not self.stubbornness:
@@ -145,6 +159,11 @@ class SimulationConfig:
         for name in ("level_slope", "question_sd", "truth_bonus", "level_drift"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not -1.0 <= self.confidence_correlation <= 1.0:
+            raise ValueError(
+                f"confidence_correlation must be in [-1, 1] (the gap P(confident | correct) - P(confident | wrong)), "
+                f"got {self.confidence_correlation}; use 0 for uninformative wording or 1 for a perfect tell"
+            )
 
 
 @lru_cache(maxsize=1 << 16)
@@ -208,6 +227,8 @@ _OPENINGS = (
     "Step by step:",
     "Let me break the problem down.",
 )
+# Closing remarks. Both tuples have the same length, so picking one draws the turn's main stream exactly as
+# before confidence became noisy: answers, slips and garbling are unchanged by ``confidence_correlation``.
 _CONFIDENT = ("I checked each step again and it holds.", "Each line follows from the previous one.", "")
 _HEDGES = ("I am fairly sure about this.", "This seems right to me.", "")
 
@@ -338,6 +359,13 @@ class SimulatedDebaters:
                 return steps[:-1] + [_slip(steps[-1], answer)]
         return steps[: len(steps) // 2] + [f"Putting the rest together, that comes to {answer}."]
 
+    def _confident(self, request: DebateRequest, correct: bool) -> bool:
+        """Whether this turn's closing remark sounds confident (noisy in correctness; own seeded stream)."""
+        cfg = self.config
+        p_confident = (1 + (cfg.confidence_correlation if correct else -cfg.confidence_correlation)) / 2
+        stream = _rng(cfg.sim_seed, request.example.id, request.agent, request.round, "confidence")
+        return stream.random() < p_confident
+
     def _render(self, rng: random.Random, request: DebateRequest, answer: str, move: str) -> str:
         ex = request.example
         correct = _norm(answer, ex.kind, ex.choices) == _norm(ex.gold, ex.kind, ex.choices)
@@ -368,7 +396,7 @@ class SimulatedDebaters:
             lines.append(rng.choice(_OPENINGS))
         steps = self._solution(rng, ex, answer, correct)
         lines += [f"{k + 1}. {s}" for k, s in enumerate(steps)]
-        tail = rng.choice(_CONFIDENT if correct else _HEDGES)
+        tail = rng.choice(_CONFIDENT if self._confident(request, correct) else _HEDGES)
         if tail:
             lines.append(tail)
         if rng.random() < self.config.garble_prob:

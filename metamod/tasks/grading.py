@@ -3,6 +3,18 @@
 Rewards (``eta``), evaluation accuracy and majority voting all go through this module, so a format that counts
 as correct in one place counts as correct everywhere. An answer that cannot be parsed is never correct.
 
+A hedge is unparsable, so it can never be counted correct however the gold reads:
+
+* ``yesno``: the whole answer must be one yes/no token (``yes``/``true``/``no``/``false``; case, whitespace,
+  punctuation and an ``Answer:`` prefix aside). ``"No idea"``, ``"no answer"``, ``"yes, but only if..."`` and
+  ``"yes and no"`` are unparsable.
+* ``mc``: an answer naming two different options (``"(B) or (C)"``, ``"B and C"``, ``"B/C"``, ``"either A or
+  D"``) is unparsable.
+* ``math``: an answer naming two different values (``"5 or 7"``, ``"5 and 7"``, ``"either 5 or 7"``,
+  ``"x = 1 \\text{ or } x = 2"``) is unparsable, unless the gold itself joins values with or/and.
+
+The same value repeated (``"5 or 5"``, ``"(B) or (B)"``, ``"yes and yes"``) is not a hedge and counts as that value.
+
 Math equivalence uses a fast exact/number path first and falls back to ``math-verify``. ``math-verify`` guards
 its sympy work with ``signal.alarm``, which only works on the main thread of the main interpreter; here the
 alarm is used on the main thread only and switched off elsewhere (threads, thread pools), and inputs longer
@@ -49,6 +61,16 @@ _NESTED_POWER_RE = re.compile(r"(\^|\*\*)\s*(\{[^{}]*|\([^()]*|[\w.]+\s*)(\^|\*\
 _BIG_EXPONENT_RE = re.compile(r"(\^|\*\*)\s*[{(]?\s*\d{5,}")
 _BIG_FACTORIAL_RE = re.compile(r"(\d{4,}\s*!|!\s*!|\)\s*!|\}\s*!)")
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+# Hedges: "either 5 or 7", "x = 1 \text{ or } x = 2", "(B) or (C)", "B/C".
+_TEXT_WRAP_RE = re.compile(r"\\text(?:rm|bf)?\s*\{([^{}]*)\}")
+_EITHER_RE = re.compile(r"^\s*(?:either|both)\s+", re.IGNORECASE)
+_CONNECTOR_SPLIT_RE = re.compile(r"\s*,?\s*\b(?:or|and)\b\s*", re.IGNORECASE)
+# another option named after a connector: "or (C)", "and C", "/C", "& C", "or maybe C", ", C." (not ", A city")
+_OTHER_OPTION_RE = re.compile(
+    r"(?:(?:[/&]|\b(?i:or|and)\b)\s*(?:(?i:maybe|possibly|perhaps|option|choice)\s+)*(?:\(([A-Za-z])\)|\b([A-Z])\b)"
+    r"|,\s*(?:\(([A-Za-z])\)|\b([A-Z])(?=[.):\]/,]|\s*$)))"
+)
+_POLARITY = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
 
 
@@ -211,7 +233,10 @@ def _text_key(text: str) -> str:
 
 
 def _letter(text: str, choices: Sequence[str] | None) -> str | None:
-    """The option letter named by ``text`` (``(B)``, ``B``, ``B.``, ``B) text``, ``option B``, the option text)."""
+    """The option letter named by ``text`` (``(B)``, ``B``, ``B.``, ``B) text``, ``option B``, the option text).
+
+    ``None`` when no option is named, or when a second, different option is (``(B) or (C)``, ``B/C``).
+    """
     text = text.strip().strip("*").strip()
     for _ in range(3):
         stripped = _ANSWER_PREFIX_RE.sub("", text, count=1).strip().strip("*").strip()
@@ -226,7 +251,17 @@ def _letter(text: str, choices: Sequence[str] | None) -> str | None:
         match = re.match(r"^([a-z])", text)
     if match is not None:
         letter = match.group(1).upper()
-        return letter if string.ascii_uppercase.index(letter) < num_options else None
+        index = string.ascii_uppercase.index(letter)
+        if index >= num_options:
+            return None
+        rest = text[match.end() :]
+        if choices and _text_key(rest) == _text_key(str(choices[index])):  # "B) <the text of option B>"
+            return letter
+        for other in _OTHER_OPTION_RE.finditer(rest):
+            named = next(group for group in other.groups() if group).upper()
+            if named != letter and string.ascii_uppercase.index(named) < num_options:
+                return None  # a hedge between two options
+        return letter
     if choices:  # the option text itself
         key = _text_key(text)
         for index, choice in enumerate(choices):
@@ -236,16 +271,40 @@ def _letter(text: str, choices: Sequence[str] | None) -> str | None:
 
 
 def _yes_no(text: str) -> str | None:
+    """``"yes"``/``"no"`` when the whole answer is one yes/no token (or that token repeated), else ``None``."""
+    text = _TEXT_WRAP_RE.sub(r"\1", text)
     text = _ANSWER_PREFIX_RE.sub("", text.strip().strip("*").strip(), count=1)
     words = text.lower().translate(_PUNCT_TABLE).split()
-    if not words:
-        return None
-    polarity = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
-    first = polarity.get(words[0])
-    # a hedge such as "yes and no" / "true or false" commits to nothing: unparsable, never correct
-    if first and len(words) >= 3 and words[1] in ("and", "or") and polarity.get(words[2], first) != first:
-        return None
-    return first
+    if len(words) == 1:
+        return _POLARITY.get(words[0])
+    # "yes and yes" repeats one answer; "yes and no", "no idea", "yes, but only if ..." commit to nothing
+    if len(words) == 3 and words[1] in ("and", "or") and _POLARITY.get(words[0]) == _POLARITY.get(words[2]):
+        return _POLARITY.get(words[0])
+    return None
+
+
+def _math_parts(text: str) -> list[str]:
+    """The values a math answer names when it joins them with or/and (``either 5 or 7`` -> ``["5", "7"]``)."""
+    plain = _EITHER_RE.sub("", _TEXT_WRAP_RE.sub(r" \1 ", text))
+    parts = [part.strip() for part in _CONNECTOR_SPLIT_RE.split(plain)]
+    return [text] if len(parts) == 1 else parts
+
+
+def _same_math_value(first: str, second: str) -> bool:
+    numbers = _to_number(first), _to_number(second)
+    if None not in numbers:
+        return numbers[0] == numbers[1]
+    return bool(_latex_key(first)) and _latex_key(first) == _latex_key(second)
+
+
+def _single_math_value(text: str) -> str | None:
+    """``text`` when it names one value; the value when it is repeated (``5 or 5``); ``None`` for a hedge."""
+    parts = _math_parts(text)
+    if len(parts) == 1:
+        return text
+    if all(_same_math_value(parts[0], part) for part in parts[1:]):
+        return parts[0]
+    return None
 
 
 def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | None = None) -> str | None:
@@ -269,12 +328,24 @@ def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | Non
     ['B', 'B', 'B', 'B', None]
     >>> normalize_answer("True.", "yesno"), normalize_answer("maybe", "yesno")
     ('yes', None)
+
+    Hedges are unparsable; one value repeated is that value:
+
+    >>> [normalize_answer(a, "yesno") for a in ["Yes.", " no!", "No idea", "yes, but only if it rains", "Yes and no"]]
+    ['yes', 'no', None, None, None]
+    >>> [normalize_answer(a, "mc", ["cat", "dog", "cow"]) for a in ["(B) or (C)", "B/C", "either A or C", "B) dog"]]
+    [None, None, None, 'B']
+    >>> [normalize_answer(a, "math") for a in ["5 or 7", "either 5 or 7", "5 and 7", "5 or 5", "$5$"]]
+    [None, None, None, '5', '5']
     """
     _check_kind(kind)
     candidate = _candidate(answer)
     if candidate is None:
         return None
     if kind == "math":
+        candidate = _single_math_value(candidate)
+        if candidate is None:
+            return None
         number = _to_number(candidate)
         if number is not None:
             return _number_string(number)
@@ -330,7 +401,8 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
     """Whether ``prediction`` is a correct answer for ``gold``.
 
     ``prediction`` is normally an extracted answer; a response with answer markers (``<answer>``, ``\\boxed``,
-    ``Final Answer:``) also works. ``None``, empty or unparsable predictions are never correct.
+    ``Final Answer:``) also works. ``None``, empty or unparsable predictions are never correct; hedges such as
+    ``"5 or 7"``, ``"(B) or (C)"`` and ``"no idea"`` are unparsable (see the module docstring).
 
     Args:
         prediction: the predicted answer.
@@ -355,6 +427,8 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
     (True, True)
     >>> is_equivalent(None, "42", "math"), is_equivalent("", "yes", "yesno"), is_equivalent("no idea", "7", "math")
     (False, False, False)
+    >>> is_equivalent("5 or 7", "7", "math"), is_equivalent("(B) or (C)", "B", "mc"), is_equivalent("No idea", "no", "yesno")
+    (False, False, False)
     >>> is_equivalent("7", "7", "number")
     Traceback (most recent call last):
     ...
@@ -374,7 +448,12 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
     if kind == "text":
         key = _text_key(candidate)
         return bool(key) and key == _text_key(gold)
-    # math: exact numbers, then a loose string key, then symbolic comparison.
+    # math: refuse hedges ("5 or 7") unless the gold itself joins values; then exact numbers, then a loose string
+    # key, then symbolic comparison.
+    if len(_math_parts(gold)) == 1:
+        candidate = _single_math_value(candidate)
+        if candidate is None:
+            return False
     gold_number, number = _to_number(gold), _to_number(candidate)
     if gold_number is not None and number is not None:
         return gold_number == number
