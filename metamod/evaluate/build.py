@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from metamod.llm import BackendConfig, SamplingConfig
+from metamod.rollout.debater_factory import DebaterSpec, LoadedBackend, build_debater_groups
+from metamod.rollout.simulated import SimulationConfig
 
 from .config import EvalConfig, adapter_base, classify_model_path
 from .decision import LayerContext
@@ -119,38 +121,50 @@ def build_generators(specs: dict[str, BackendConfig]) -> dict[str, Any]:
     return out
 
 
+def debater_spec(config: EvalConfig, seed: int) -> DebaterSpec:
+    """The debaters' decoding settings for one evaluation seed: the sampling seed is the eval seed itself.
+
+    Agent ``a`` then samples with ``seed + a`` (:func:`metamod.rollout.debater_factory.agent_seed`), as in
+    ``metamod rollout`` with ``seed``.
+
+    >>> from metamod.evaluate.config import EvalConfig
+    >>> spec = debater_spec(EvalConfig(temperature=1.0, max_tokens=8), seed=3)
+    >>> spec.seed, [spec.sampling(a).seed for a in range(2)]
+    (3, [3, 4])
+    """
+    return DebaterSpec(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, seed=seed)
+
+
 def debater_sampling(config: EvalConfig, seed: int) -> SamplingConfig:
-    return SamplingConfig(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, seed=seed)
+    """Decoding of the single-agent baselines: agent 0's sampling of :func:`debater_spec` (seed = eval seed)."""
+    return debater_spec(config, seed).sampling(0)
 
 
 def build_debaters(config: EvalConfig, seed: int, *, agent: Any = None, memory: Any = None) -> list[Any]:
-    """One debater group per agent (the same object N times, so each round is one batched call).
+    """The ``num_agents`` debater groups for one evaluation seed, built by the factory ``metamod rollout`` uses.
 
     Args:
         config: the evaluation config.
-        seed: the evaluation seed (simulated: ``sim_seed = simulation.sim_seed + seed``; LLM: the sampling seed).
-        agent: the debater generator (LLM debaters).
+        seed: the evaluation seed (simulated: ``sim_seed = simulation.sim_seed + seed``; LLM: agent ``a`` samples
+            with ``seed + a``, each agent in its own batched call).
+        agent: the debater generator (LLM debaters), shared with the single-agent baselines.
         memory: passed to LLM debaters (simulated debaters have no prompts to guide).
 
     Returns:
-        ``[group] * num_agents``.
+        ``num_agents`` groups, agent order (see :func:`metamod.rollout.debater_factory.build_debater_groups`).
     """
+    spec = debater_spec(config, seed)
     if config.debaters == "simulated":
-        from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig
-
         options = dict(config.simulation)
         options["sim_seed"] = int(options.get("sim_seed", 0)) + seed
         try:
-            group = SimulatedDebaters(SimulationConfig(**options))
+            sim_config = SimulationConfig(**options)
         except TypeError as err:
             raise ValueError(f"simulation: {err}") from err
-    else:
-        from metamod.rollout.debaters import LLMDebaters
-
-        if agent is None:
-            raise ValueError(f"debaters={config.debaters!r} needs a loaded debater generator")
-        group = LLMDebaters(agent, debater_sampling(config, seed), backend=config.debaters, memory=memory)
-    return [group] * config.num_agents
+        return build_debater_groups(sim_config, spec, config.num_agents)
+    if agent is None:
+        raise ValueError(f"debaters={config.debaters!r} needs a loaded debater generator")
+    return build_debater_groups([LoadedBackend(config.debaters, agent)], spec, config.num_agents, memory=memory)
 
 
 def layer_context(
@@ -170,7 +184,7 @@ def layer_context(
         judge_sampling=SamplingConfig(temperature=0.0, max_tokens=config.judge_max_tokens, seed=seed),
         fixed_rounds=config.fixed_rounds,
         agent=None if simulated else generators.get("agent"),
-        agent_sampling=debater_sampling(config, seed),
+        agent_sampling=debater_sampling(config, seed),  # the single agents decode like debater 0
         simulated_agent=debaters[0] if simulated and debaters else None,
         sc_samples=config.sc_samples,
         memory=memory,

@@ -77,8 +77,9 @@ class EvalConfig:
     seeds: list[int] = field(
         default_factory=lambda: [0],
         metadata={
-            "help": "Evaluation seeds: each seed reruns the debates (simulation seed / sampling seed), the "
-            "tie-breaks and the single-agent baselines; metrics pool all seeds."
+            "help": "Evaluation seeds: each seed s reruns the debates (simulated: sim_seed = simulation.sim_seed + s; "
+            "LLM: debater a samples with seed s + a, each agent in its own batched call), the tie-breaks and the "
+            "single-agent baselines (sampling seed s); metrics pool all seeds."
         },
     )
     # ---- debate

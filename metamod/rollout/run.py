@@ -21,8 +21,9 @@ import yaml
 
 from metamod.config import ConfigError, config_to_dict, parse_config, save_resolved_config
 from metamod.rollout.debate import DebateItem, DebateStats, run_debates
-from metamod.rollout.debaters import DebaterGroup, LLMDebaters
-from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig
+from metamod.rollout.debater_factory import DebaterSpec, build_debater_groups
+from metamod.rollout.debaters import DebaterGroup
+from metamod.rollout.simulated import SimulationConfig
 from metamod.rollout.traces import (
     TraceWriter,
     check_shard_args,
@@ -140,6 +141,16 @@ class RolloutConfig:
             )
         _as_list(self.tasks, "tasks")
 
+    def debater_spec(self) -> DebaterSpec:
+        """The debaters' decoding settings (agent ``i`` samples with ``seed + i`` when seeded)."""
+        return DebaterSpec(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+            confidence=self.confidence,
+        )
+
     def is_simulated(self) -> bool:
         return isinstance(self.debaters, str) and self.debaters.strip() == "simulated"
 
@@ -166,31 +177,28 @@ class RolloutConfig:
 
 
 def build_debaters(config: RolloutConfig, sim_config: SimulationConfig) -> list[DebaterGroup]:
-    """One debater group per agent (agents with the same backend config share a group and a generator).
+    """The ``num_agents`` debater groups, built by the shared factory (:mod:`metamod.rollout.debater_factory`).
 
     Args:
         config: the rollout config.
         sim_config: simulation parameters (used when ``config.debaters == "simulated"``).
 
     Returns:
-        ``num_agents`` groups, agent order.
+        ``num_agents`` groups, agent order: agents with the same backend config share a generator; unseeded they
+        also share a group (one batched call per round), seeded agent ``i`` samples with ``seed + i`` in its own.
 
     Raises:
         ConfigError: unknown backend-config keys.
         FileNotFoundError: a local model folder that does not exist.
     """
     if config.is_simulated():
-        sim = SimulatedDebaters(sim_config)
-        return [sim] * config.num_agents
-    from metamod.llm import BackendConfig, SamplingConfig, build_generator
+        return build_debater_groups(sim_config, config.debater_spec(), config.num_agents)
+    from metamod.llm import BackendConfig
     from metamod.llm.hf import looks_local
 
-    specs = config.backend_specs() or []
-    if len(specs) == 1:
-        specs = specs * config.num_agents
     valid = [f.name for f in dataclasses.fields(BackendConfig)]
     backend_configs = []
-    for i, spec in enumerate(specs):
+    for i, spec in enumerate(config.backend_specs() or []):
         unknown = sorted(set(spec) - set(valid))
         if unknown:
             raise ConfigError(f"debaters[{i}]: unknown key(s) {unknown}; valid BackendConfig keys: {', '.join(valid)}")
@@ -202,28 +210,7 @@ def build_debaters(config: RolloutConfig, sim_config: SimulationConfig) -> list[
                     "Hub id (org/name), or set tiny_model_dir to that folder to build the offline tiny model"
                 )
         backend_configs.append(backend_config)
-    generators: dict[str, Any] = {}
-    groups: dict[str, LLMDebaters] = {}
-    out: list[DebaterGroup] = []
-    for agent, backend_config in enumerate(backend_configs):
-        key = json.dumps(dataclasses.asdict(backend_config), sort_keys=True, default=str)
-        if key not in generators:
-            generators[key] = build_generator(backend_config)
-        seed = None if config.seed is None else config.seed + agent
-        group_key = key if seed is None else f"{key}#agent{agent}"
-        if group_key not in groups:
-            sampling = SamplingConfig(
-                temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, seed=seed
-            )
-            groups[group_key] = LLMDebaters(
-                generators[key],
-                sampling,
-                backend=backend_config.backend,
-                confidence=config.confidence,
-                settings={"adapter": backend_config.adapter} if backend_config.adapter else None,
-            )
-        out.append(groups[group_key])
-    return out
+    return build_debater_groups(backend_configs, config.debater_spec(), config.num_agents)
 
 
 def _task_stream(task_configs: list[TaskConfig]) -> Iterator[DebateItem]:
