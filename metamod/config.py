@@ -77,13 +77,20 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
 
 
 def config_to_dict(*configs: Any) -> dict[str, Any]:
-    """Merge dataclass configs into one JSON-serialisable dict (later configs win on shared keys)."""
+    """Merge dataclass configs into one JSON-serialisable dict (later configs win on shared keys).
+
+    When a prompts file is active (``--prompts``), ``prompts_file`` and ``prompts_sha256`` are added, so a run
+    resumed under other prompts differs from its saved config.
+    """
+    from metamod.prompts import prompts_record
+
     merged: dict[str, Any] = {}
     for cfg in configs:
         if cfg is None:
             continue
         data = cfg.to_dict() if hasattr(cfg, "to_dict") else dataclasses.asdict(cfg)
         merged.update(data)
+    merged.update(prompts_record())
     return json.loads(json.dumps(merged, default=str))
 
 

@@ -5,6 +5,7 @@ import json
 import pytest
 from datasets import load_from_disk
 
+from metamod.config import ConfigError
 from metamod.rollout.debate import run_debates
 from metamod.rollout.simulated import SimulatedDebaters
 from metamod.rollout.snapshots import COLUMNS, build_dataset, main, snapshot_rows
@@ -104,3 +105,131 @@ def test_cli(traces_file, tmp_path, capsys):
     assert set(load_from_disk(str(out))) == {"train", "validation"}
     with pytest.raises(FileNotFoundError, match="traces file not found"):
         main(["--traces", str(tmp_path / "nope.jsonl"), "--output_dir", str(out)])
+
+
+# ------------------------------------------------------------------ paper rows: one template, first two agents
+
+
+@pytest.fixture(scope="module")
+def three_agent_traces(tmp_path_factory):
+    """Three simulated agents; the weak first two make rows where only the third agent is right."""
+    from metamod.rollout.simulated import SimulationConfig
+
+    path = tmp_path_factory.mktemp("traces3") / "traces.jsonl"
+    sim = SimulatedDebaters(SimulationConfig(agent_accuracy=[0.3, 0.3, 0.95]))
+    examples = load_task("arith", num_examples=30, seed=1).examples()
+    with TraceWriter(path) as writer:
+        for trace in run_debates(examples, [sim, sim, sim], max_rounds=3, progress=False, task="arith"):
+            writer.write(trace)
+    return path
+
+
+def test_paper_rows_use_one_template_and_the_first_two_agents(three_agent_traces, tmp_path):
+    from metamod.rewards.moderator import control_reward
+    from metamod.tasks.grading import is_equivalent
+
+    out = tmp_path / "ds"
+    ds = build_dataset(three_agent_traces, out, validation_fraction=0.0, single_template=True, keep_agents=2)
+    traces = {t["id"]: t for t in map(json.loads, three_agent_traces.read_text().splitlines())}
+    assert all(len(t["rounds"][0]["responses"]) == 3 for t in traces.values())
+    rows = list(ds["train"])
+    assert len(rows) == sum(t["num_rounds"] for t in traces.values()) and len(ds["validation"]) == 0
+    changed = 0
+    for row in rows:
+        trace = traces[row["id"]]
+        rnd = trace["rounds"][row["round"]]
+        kept = rnd["responses"][:2]
+        assert row["is_final_round"] is False and row["num_agents"] == 2 == len(row["answers"])
+        assert row["answers"] == [r["answer"] for r in kept]
+        assert row["prompt"] == moderator_messages(trace["question"], [r["text"] for r in kept], final=False)
+        content = row["prompt"][0]["content"]
+        assert "last round" not in content and "Agent 2:" in content and "Agent 3:" not in content
+        expected = any(a is not None and is_equivalent(a, row["gold"], row["kind"]) for a in row["answers"])
+        assert row["eta"] == int(expected)
+        changed += row["eta"] != rnd["eta"]
+    assert changed > 0  # some rows had a correct answer only from the discarded third agent
+    assert ds.info_summary["rows_with_agents_dropped"] == len(rows)
+    # the control reward applies to every row (no None from forced-answer rows)
+    assert None not in control_reward(["CONTINUE"] * len(rows), eta=[r["eta"] for r in rows], is_final_round=[
+        r["is_final_round"] for r in rows])  # fmt: skip
+    # saved with an empty validation split that loads back; the options are recorded
+    loaded = load_from_disk(str(out))
+    assert len(loaded["train"]) == len(rows) and len(loaded["validation"]) == 0
+    assert set(loaded["validation"].column_names) == set(COLUMNS)
+    options = json.loads((out / "build_summary.json").read_text())["options"]
+    assert options["single_template"] is True and options["keep_agents"] == 2 and options["validation_fraction"] == 0
+
+
+def test_default_rows_keep_every_agent_and_the_forced_round(three_agent_traces):
+    ds = build_dataset(three_agent_traces, None, validation_fraction=0.0)
+    traces = {t["id"]: t for t in map(json.loads, three_agent_traces.read_text().splitlines())}
+    for row in ds["train"]:
+        rnd = traces[row["id"]]["rounds"][row["round"]]
+        assert row["num_agents"] == 3 and row["eta"] == rnd["eta"]
+        assert row["is_final_round"] == (row["round"] == 2)
+        assert ("last round" in row["prompt"][0]["content"]) == row["is_final_round"]
+    assert ds.info_summary["options"] == {
+        "validation_fraction": 0.0, "seed": 0, "max_rounds": None, "single_template": False, "keep_agents": None,
+    }  # fmt: skip
+
+
+def test_keep_agents_regrades_eta_and_keeps_more_agents_untouched():
+    three = example_trace("q", answers=("5", None, "4"))  # only the third agent is right
+    assert three["rounds"][0]["eta"] == 1
+    (row,) = snapshot_rows(three, keep_agents=2)
+    assert (row["eta"], row["answers"], row["num_agents"]) == (0, ["5", None], 2)
+    (row,) = snapshot_rows(three, keep_agents=5)
+    assert (row["eta"], row["num_agents"]) == (1, 3)
+    (row,) = snapshot_rows(example_trace("r", answers=("4.0", "7")), keep_agents=1)
+    assert row["eta"] == 1  # graded with the shared grader, not string equality
+    (row,) = snapshot_rows(three, single_template=True, max_rounds=1)
+    assert row["is_final_round"] is False and "last round" not in row["prompt"][0]["content"]
+    with pytest.raises(ValueError, match="keep_agents must be >= 1"):
+        snapshot_rows(three, keep_agents=0)
+
+
+def test_cli_paper_options_and_train_side_check(three_agent_traces, tmp_path, capsys, caplog):
+    from metamod.train.common import warn_dataset_options
+
+    out = tmp_path / "ds"
+    argv = ["--traces", str(three_agent_traces), "--output_dir", str(out)]
+    assert main([*argv, "--single_template", "true", "--keep_agents", "2", "--validation_fraction", "0"]) == 0
+    assert "first 2 agents" in capsys.readouterr().out
+    loaded = load_from_disk(str(out))
+    assert set(loaded["train"]["num_agents"]) == {2} and not any(loaded["train"]["is_final_round"])
+    paper = {"validation_fraction": 0.0, "single_template": True, "keep_agents": 2}
+    assert warn_dataset_options(str(out), paper) == []
+    with caplog.at_level("WARNING", logger="metamod.train.common"):
+        assert warn_dataset_options(str(out), {**paper, "keep_agents": None}) == ["keep_agents"]
+    assert "keep_agents=2" in caplog.text and "--keep_agents None" in caplog.text
+    assert warn_dataset_options(str(tmp_path / "elsewhere"), paper) == []  # nothing recorded: nothing to check
+    with pytest.raises(ConfigError, match="keep_agents must be >= 1"):
+        main([*argv, "--keep_agents", "0"])
+
+
+def test_train_config_passes_the_dataset_options_to_the_builder(monkeypatch, tmp_path):
+    from metamod.train import common, grpo
+
+    seen = {}
+    monkeypatch.setattr(common, "build_missing_dataset", lambda path, **kwargs: seen.update(kwargs, path=path))
+    args = grpo.ModeratorGRPOConfig(
+        dataset_path=str(tmp_path / "missing"),
+        build_dataset_config="configs/rollout/sim_arith.yaml",
+        dataset_single_template=True,
+        dataset_keep_agents=2,
+        dataset_validation_fraction=0.0,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        report_to="none",
+    )
+    grpo.prepare_dataset(args)
+    assert seen == {
+        "path": str(tmp_path / "missing"),
+        "rollout_config": "configs/rollout/sim_arith.yaml",
+        "validation_fraction": 0.0,
+        "single_template": True,
+        "keep_agents": 2,
+    }
+    with pytest.raises(ValueError, match="dataset_keep_agents must be >= 1"):
+        grpo.ModeratorGRPOConfig(dataset_path="x", dataset_keep_agents=0, per_device_train_batch_size=4,
+                                 num_generations=2, report_to="none")  # fmt: skip

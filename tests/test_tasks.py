@@ -293,3 +293,49 @@ def test_task_config_parses_and_loads(tmp_path):
         TaskConfig(task_limit=0)
     for f in TaskConfig.__dataclass_fields__.values():
         assert f.metadata.get("help"), f.name
+
+
+def test_mmlu_training_questions_come_from_mmlu_splits(monkeypatch, caplog):
+    """validation / dev+validation are MMLU's own questions; auxiliary_train (ARC, MCTest, OBQA, RACE) warns."""
+    rows = {
+        "dev": {"question": ["d0?", "d1?"], "choices": [["a", "b"], ["c", "d"]], "answer": [0, 1]},
+        "validation": {"question": ["v0?"], "choices": [["e", "f"]], "answer": [1], "subject": ["anatomy"]},
+    }
+    calls = []
+
+    def fake_hub(path, config, split):
+        calls.append((path, config, split))
+        return rows.get(split, rows["validation"])
+
+    monkeypatch.setattr(benchmarks_module, "load_hub_table", fake_hub)
+    with caplog.at_level(logging.WARNING, logger="metamod.tasks.benchmarks"):
+        validation = list(load_task("mmlu", split="validation").examples())
+    assert [(ex.id, ex.gold, ex.meta["split"]) for ex in validation] == [("mmlu-validation-0", "B", "validation")]
+    joined = list(load_task("mmlu", split="dev+validation").examples())
+    assert calls[-2:] == [("cais/mmlu", "all", "dev"), ("cais/mmlu", "all", "validation")]
+    assert [ex.id for ex in joined] == ["mmlu-dev-0", "mmlu-dev-1", "mmlu-validation-0"]
+    assert [(ex.meta["split"], ex.meta["row"], ex.gold) for ex in joined] == [
+        ("dev", 0, "A"),
+        ("dev", 1, "B"),
+        ("validation", 0, "B"),
+    ]
+    assert "subject" not in joined[0].meta and joined[2].meta["subject"] == "anatomy"
+    sampled = [ex.id for ex in load_task("mmlu", split="dev+validation", limit=2, seed=3).examples()]
+    assert len(sampled) == 2 and set(sampled) <= {ex.id for ex in joined}
+    assert "auxiliary_train" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="metamod.tasks.benchmarks"):
+        list(load_task("mmlu", split="auxiliary_train").examples())
+    assert "auxiliary_train is not MMLU" in caplog.text and "validation" in caplog.text
+    with pytest.raises(ValueError, match="empty part"):
+        load_task("mmlu", split="dev+")
+
+
+def test_paper_rollout_config_draws_mmlu_from_validation():
+    from metamod.rollout.run import RolloutConfig
+    from metamod.rollout.simulated import SimulationConfig
+
+    path = Path(__file__).resolve().parent.parent / "configs" / "rollout" / "gsm8k_mmlu_llama8b.yaml"
+    task, config, _ = parse_config([TaskConfig, RolloutConfig, SimulationConfig], ["--config", str(path)])
+    blocks = {t.task: t for t in config.task_configs(task)}
+    assert (blocks["mmlu"].task_split, blocks["mmlu"].task_limit) == ("validation", 500)
+    assert (blocks["gsm8k"].task_split, blocks["gsm8k"].task_limit) == ("train", 500)

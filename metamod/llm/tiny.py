@@ -129,25 +129,29 @@ def _solution(rng: random.Random, steps: list[str], answer: str) -> str:
 
 
 def _render_all_templates(rng: random.Random, question: str, responses: list[str]) -> list[str]:
-    """Every template in templates.yaml filled with sample values (unknown placeholders get sample prose)."""
-    from metamod.prompts import format_responses, render, template_fields, templates
+    """Every SHIPPED template filled with sample values (unknown placeholders get sample prose).
+
+    A prompts file (``--prompts``) never changes the tiny model: its tokenizer is trained on the shipped texts.
+    """
+    from metamod.prompts import format_responses, get_template, shipped_templates, template_fields
 
     samples: dict[str, object] = {
         "question": question,
         "confidence": "",
-        "peer_responses": format_responses(responses[1:]),
-        "responses": format_responses(responses),
+        "peer_responses": format_responses(responses[1:], shipped=True),
+        "responses": format_responses(responses, shipped=True),
         "response": responses[0],
         "index": rng.randint(1, 4),
         "guidance": "Check each arithmetic step before giving the answer.",
     }
     out = []
-    for name in sorted(templates()):
-        values = {f: samples.get(f, "a short note about the problem") for f in template_fields(name)}
+    for name in sorted(shipped_templates()):
+        text = get_template(name, shipped=True)
+        values = {f: samples.get(f, "a short note about the problem") for f in template_fields(name, shipped=True)}
         try:
-            out.append(render(name, **values))
+            out.append(text.format(**values))
         except (KeyError, ValueError, IndexError, AttributeError):  # e.g. a numeric format spec: use the raw text
-            out.append(templates()[name])
+            out.append(text)
     return out
 
 

@@ -38,7 +38,16 @@ logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "rollout_config.yaml"
 # Keys that may change between a run and its resumption without changing the traces.
-_RESUME_FREE_KEYS = {"output_dir", "resume", "overwrite", "progress", "batch_questions", "num_shards", "shard_index"}
+_RESUME_FREE_KEYS = {
+    "output_dir",
+    "resume",
+    "overwrite",
+    "progress",
+    "batch_questions",
+    "num_shards",
+    "shard_index",
+    "prompts_file",
+}  # prompts_sha256 (the override's content) is compared
 
 
 def _as_list(value: Any, name: str) -> list | None:

@@ -4,6 +4,11 @@ The prompt is built ONLY by :func:`metamod.rollout.state.moderator_messages` (th
 moderator uses), with the forced-answer variant at the final round of a full-length debate. Questions are split
 into train/validation by a deterministic hash of their id, so no question lands in both splits.
 
+The paper's training rows (Meta-Moderator, appendix "Training data generation" / "Template") use ONE template, the
+STOP/CONTINUE one, on every row, keep only the first two debaters of each round and use every question for
+training: ``single_template=True, keep_agents=2, validation_fraction=0``. ``eta`` is then re-graded over the kept
+agents only, with the shared grader.
+
 ``metamod build-dataset --traces runs/sim_arith/traces.jsonl --output_dir data/moderator``
 
 >>> rows = snapshot_rows(example_trace("q1"))
@@ -27,6 +32,7 @@ from typing import Any
 from metamod.config import ConfigError, parse_config, save_resolved_config
 from metamod.rollout.state import moderator_messages
 from metamod.rollout.traces import example_trace, read_traces, validate_trace  # noqa: F401 (example_trace: doctest)
+from metamod.tasks.grading import is_equivalent
 
 logger = logging.getLogger(__name__)
 
@@ -82,45 +88,71 @@ def _unit_hash(example_id: str, seed: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def snapshot_rows(trace: dict, *, max_rounds: int | None = None) -> list[dict[str, Any]]:
+def snapshot_rows(
+    trace: dict, *, max_rounds: int | None = None, single_template: bool = False, keep_agents: int | None = None
+) -> list[dict[str, Any]]:
     """The moderator rows of one debate: one per round (up to ``max_rounds``).
 
     ``is_final_round`` is true at round ``T_max - 1`` of a debate that ran its full budget: with ``max_rounds``
     given, ``T_max = max_rounds`` (longer debates are truncated); otherwise only a debate that ended with
-    ``stop_reason == "max_rounds"`` has a final round (its last one).
+    ``stop_reason == "max_rounds"`` has a final round (its last one). A final round gets the forced-answer prompt,
+    and the control reward skips it. With ``single_template`` every row, the last round included, gets the
+    STOP/CONTINUE prompt and ``is_final_round`` false (the paper's training rows; the control reward applies to all).
 
     Args:
         trace: a schema-valid trace.
         max_rounds: optional T_max for the dataset.
+        single_template: one prompt template (STOP/CONTINUE) on every row, no forced-answer rows.
+        keep_agents: keep only the first this many agents' responses per round (``None``: all); ``eta`` is then
+            re-graded over the kept agents' answers with :func:`metamod.tasks.grading.is_equivalent`.
 
     Returns:
         Row dicts with the columns of :data:`COLUMNS`.
+
+    >>> three = example_trace("q", answers=("5", "6", "4"))
+    >>> [(r["eta"], r["num_agents"], r["answers"]) for r in snapshot_rows(three, keep_agents=2)]
+    [(0, 2, ['5', '6'])]
+    >>> snapshot_rows(three, single_template=True)[0]["is_final_round"]
+    False
     """
+    if keep_agents is not None and keep_agents < 1:
+        raise ValueError(f"keep_agents must be >= 1 or None (all agents), got {keep_agents}")
     rounds = trace["rounds"]
     if max_rounds is not None:
         rounds = rounds[:max_rounds]
         final_index = max_rounds - 1
     else:
         final_index = trace["num_rounds"] - 1 if trace["stop_reason"] == "max_rounds" else -1
+    if single_template:
+        final_index = -1
+    choices = list(trace["choices"]) if trace.get("choices") else None
     rows = []
     for rnd in rounds:
         t = rnd["round"]
-        responses = [r["text"] for r in rnd["responses"]]
+        kept = rnd["responses"] if keep_agents is None else rnd["responses"][:keep_agents]
+        eta = int(rnd["eta"])
+        if len(kept) < len(rnd["responses"]):  # eta must mean "a correct answer among the agents shown"
+            eta = int(
+                any(
+                    r["answer"] is not None and is_equivalent(r["answer"], trace["gold"], trace["kind"], choices)
+                    for r in kept
+                )
+            )
         final = t == final_index
         rows.append(
             {
-                "prompt": moderator_messages(trace["question"], responses, final=final),
-                "eta": int(rnd["eta"]),
+                "prompt": moderator_messages(trace["question"], [r["text"] for r in kept], final=final),
+                "eta": eta,
                 "gold": trace["gold"],
                 "kind": trace["kind"],
                 "round": t,
                 "is_final_round": final,
                 "id": trace["id"],
                 "task": trace["task"],
-                "answers": [r["answer"] for r in rnd["responses"]],
-                "num_agents": len(rnd["responses"]),
+                "answers": [r["answer"] for r in kept],
+                "num_agents": len(kept),
                 "simulated": bool(trace["simulated"]),
-                "choices": list(trace["choices"]) if trace.get("choices") else None,
+                "choices": choices,
             }
         )
     return rows
@@ -158,6 +190,8 @@ def build_dataset(
     validation_fraction: float = 0.1,
     seed: int = 0,
     max_rounds: int | None = None,
+    single_template: bool = False,
+    keep_agents: int | None = None,
     push_to_hub: bool = False,
     repo_id: str | None = None,
     private: bool = True,
@@ -170,13 +204,17 @@ def build_dataset(
         validation_fraction: share of QUESTIONS in the validation split (0 <= f < 1).
         seed: salt of the id hash that assigns questions to splits.
         max_rounds: optional T_max (truncate longer debates; the last kept round is the forced-answer round).
+        single_template: the STOP/CONTINUE prompt on every row, no forced-answer rows (the paper's training rows).
+        keep_agents: keep only the first this many agents' responses per round, re-grading ``eta`` over them
+            (the paper keeps N=2).
         push_to_hub: also push to the Hugging Face Hub under ``repo_id``.
         repo_id: Hub dataset repo (``user/name``), required with ``push_to_hub``.
         private: create the Hub repo as private.
 
     Returns:
         ``datasets.DatasetDict`` with ``train`` and ``validation`` splits; ``.info_summary`` (a dict attribute)
-        holds counts, eta rate per round, coverage and skipped ids.
+        holds counts, eta rate per round, coverage, skipped ids and the build ``options`` (also saved in
+        ``build_summary.json``).
 
     Raises:
         FileNotFoundError: for a missing traces file.
@@ -189,6 +227,8 @@ def build_dataset(
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
     if max_rounds is not None and max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1 or None, got {max_rounds}")
+    if keep_agents is not None and keep_agents < 1:
+        raise ValueError(f"keep_agents must be >= 1 or None (all agents), got {keep_agents}")
     if push_to_hub and not repo_id:
         raise ValueError("push_to_hub needs repo_id (e.g. your-name/metamod-moderator-data)")
     files = _trace_files(traces_path)
@@ -196,6 +236,7 @@ def build_dataset(
     seen: set[str] = set()
     skipped: list[str] = []
     duplicates = 0
+    trimmed_rows = 0
     first_by_hash: tuple[float, str] | None = None
     for path in files:
         for number, trace in enumerate(read_traces(path, validate=False), start=1):
@@ -214,7 +255,10 @@ def build_dataset(
                 continue
             seen.add(tid)
             split = "validation" if is_validation(tid, fraction=validation_fraction, seed=seed) else "train"
-            splits[split].extend(snapshot_rows(trace, max_rounds=max_rounds))
+            rows = snapshot_rows(trace, max_rounds=max_rounds, single_template=single_template, keep_agents=keep_agents)
+            if keep_agents is not None:
+                trimmed_rows += sum(len(r["responses"]) > keep_agents for r in trace["rounds"][: len(rows)])
+            splits[split].extend(rows)
             key = (_unit_hash(tid, seed), tid)
             if first_by_hash is None or key < first_by_hash:
                 first_by_hash = key
@@ -222,6 +266,8 @@ def build_dataset(
         logger.warning("skipped %d trace(s) without question or gold: %s", len(skipped), ", ".join(skipped[:20]))
     if duplicates:
         logger.warning("dropped %d duplicate trace id(s) across inputs", duplicates)
+    if trimmed_rows:
+        logger.info("kept the first %d agents' responses (eta re-graded) in %d row(s)", keep_agents, trimmed_rows)
     # tiny sets: keep at least one validation question when a validation split was asked for
     if validation_fraction > 0 and not splits["validation"] and len(seen) >= 2 and first_by_hash is not None:
         moved = first_by_hash[1]
@@ -248,15 +294,48 @@ def build_dataset(
         "skipped_ids": skipped,
         "duplicates": duplicates,
         "sources": [str(p) for p in files],
+        "rows_with_agents_dropped": trimmed_rows,
+        "options": dataset_options(
+            validation_fraction=validation_fraction,
+            seed=seed,
+            max_rounds=max_rounds,
+            single_template=single_template,
+            keep_agents=keep_agents,
+        ),
     }
     if output_dir is not None:
         output_dir = Path(output_dir)
-        dataset.save_to_disk(str(output_dir))
+        # one shard even for an empty split: datasets writes no file for 0 shards and cannot load it back
+        dataset.save_to_disk(
+            str(output_dir), num_shards={name: 1 if len(ds) == 0 else None for name, ds in dataset.items()}
+        )
         (output_dir / "build_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if push_to_hub:
         dataset.push_to_hub(repo_id, private=private)
     dataset.info_summary = summary
     return dataset
+
+
+def dataset_options(
+    *,
+    validation_fraction: float = 0.1,
+    seed: int = 0,
+    max_rounds: int | None = None,
+    single_template: bool = False,
+    keep_agents: int | None = None,
+) -> dict[str, Any]:
+    """The options that shape a moderator dataset's rows, as recorded in ``build_summary.json`` (``options``).
+
+    >>> dataset_options(single_template=True, keep_agents=2, validation_fraction=0.0)["keep_agents"]
+    2
+    """
+    return {
+        "validation_fraction": float(validation_fraction),
+        "seed": int(seed),
+        "max_rounds": max_rounds,
+        "single_template": bool(single_template),
+        "keep_agents": keep_agents,
+    }
 
 
 @dataclass
@@ -276,6 +355,20 @@ class DatasetConfig:
         default=None,
         metadata={"help": "T_max of the dataset (None: the debates' own; longer debates are truncated)."},
     )
+    single_template: bool = field(
+        default=False,
+        metadata={
+            "help": "Paper rows: the STOP/CONTINUE prompt on every row, no forced-answer prompt at the last round "
+            "(is_final_round is false everywhere, so the control reward applies to every row)."
+        },
+    )
+    keep_agents: int | None = field(
+        default=None,
+        metadata={
+            "help": "Keep only the first this many agents' responses per round (the paper keeps 2; extra agents "
+            "are discarded) and re-grade eta over them. None: all agents."
+        },
+    )
     push_to_hub: bool = field(default=False, metadata={"help": "Also push the dataset to the Hugging Face Hub."})
     repo_id: str | None = field(default=None, metadata={"help": "Hub dataset repo id (user/name) for push_to_hub."})
     private: bool = field(default=True, metadata={"help": "Create the Hub repo as private."})
@@ -287,6 +380,10 @@ class DatasetConfig:
             raise ConfigError(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
         if self.push_to_hub and not self.repo_id:
             raise ConfigError("push_to_hub needs repo_id, e.g. --repo_id your-name/metamod-moderator-data")
+        if self.keep_agents is not None and self.keep_agents < 1:
+            raise ConfigError(
+                f"keep_agents must be >= 1 or null (all agents), got {self.keep_agents}; the paper uses 2"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         validation_fraction=config.validation_fraction,
         seed=config.split_seed,
         max_rounds=config.max_rounds,
+        single_template=config.single_template,
+        keep_agents=config.keep_agents,
         push_to_hub=config.push_to_hub,
         repo_id=config.repo_id,
         private=config.private,
@@ -312,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"  eta rate by round {s['eta_rate_by_round']}")
     print(f"  coverage (eta=1 at some round) {s['coverage']}")
+    if config.single_template or config.keep_agents is not None:
+        kept = f"first {config.keep_agents} agents" if config.keep_agents is not None else "all agents"
+        template = "STOP/CONTINUE prompt on every row" if config.single_template else "forced-answer prompt at T_max"
+        print(f"  rows: {template}; {kept} ({s['rows_with_agents_dropped']} row(s) had more, eta re-graded)")
     if s["skipped_ids"]:
         print(f"  skipped {len(s['skipped_ids'])} trace(s) without question/gold: {', '.join(s['skipped_ids'][:10])}")
     return 0

@@ -4,7 +4,8 @@ Each task reads its rows either from its Hugging Face dataset id + split (GPU no
 local file given as ``data_files`` (jsonl/json/parquet/csv), with optional column renames. Rows without a question
 or a usable gold answer are skipped, counted and logged with their ids; they never stop a run. ``limit`` + ``seed``
 pick a deterministic random subsample (the paper evaluates on 500 sampled items, or the whole set when smaller),
-kept in the file's original order.
+kept in the file's original order. A hub split may join several splits with ``+`` (``dev+validation``): they are
+loaded one by one and concatenated, and each row keeps its own split in its id and ``meta``.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ class TableTask:
     """A benchmark read from a table of rows (hub split or local file). Subclasses set the class attributes.
 
     Args:
-        split: the hub split to load (ignored with ``data_files``, except in example ids).
+        split: the hub split to load (ignored with ``data_files``, except in example ids); ``a+b`` concatenates
+            splits ``a`` and ``b`` (ids ``<task>-a-<row>`` and ``<task>-b-<row>``).
         data_files: a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file used instead of the hub.
         question_column / answer_column / choices_column / id_column: column names, when they differ from the
             dataset's own (``id_column=None`` numbers rows ``<task>-<split>-<row>``).
@@ -142,6 +144,8 @@ class TableTask:
         if data_files is None and self.hub_path is None:
             raise ValueError(f"{self.name}: data_files is required (a .jsonl/.json/.parquet/.csv file)")
         self.split = split or self.default_split
+        if not all(part.strip() for part in self.split.split("+")):
+            raise ValueError(f"{self.name}: split {self.split!r} has an empty part; join split names with '+'")
         self.data_files = str(data_files) if data_files is not None else None
         self.question_column = question_column or self.question_column
         self.answer_column = answer_column or self.answer_column
@@ -152,6 +156,7 @@ class TableTask:
         self.skipped_ids: list[str] = []
         self._table: Table | None = None
         self._valid: list[int] | None = None
+        self._origin: list[tuple[str, int]] | None = None  # (split, row in that split) of each row of a joined split
         if self.data_files is not None:  # local files are cheap: validate now, before any expensive work
             self._load()
 
@@ -173,6 +178,11 @@ class TableTask:
         if self._table is None or self._valid is None:
             if self.data_files is not None:
                 table = read_table(self.data_files)
+            elif "+" in self.split:
+                parts = [part.strip() for part in self.split.split("+")]
+                table, self._origin = _concat_tables(
+                    [load_hub_table(self.hub_path, self.subset, part) for part in parts], parts
+                )
             else:
                 table = load_hub_table(self.hub_path, self.subset, self.split)
             require_columns(
@@ -204,12 +214,17 @@ class TableTask:
     def _num_rows(self) -> int:
         return len(self._table[self.question_column]) if self._table else 0
 
+    def _row_origin(self, index: int) -> tuple[str, int]:
+        """The split a row comes from and its row number there (a joined split keeps each part's numbering)."""
+        return self._origin[index] if self._origin is not None else (self.split, index)
+
     def _row_id(self, index: int) -> str:
         if self.id_column is not None:
             value = _as_text(self._table[self.id_column][index])
             if value is not None:
                 return value
-        return f"{self.name}-{self.split}-{index}"
+        split, row = self._row_origin(index)
+        return f"{self.name}-{split}-{row}"
 
     def _build(self, index: int) -> Example | None:
         table = self._table
@@ -220,7 +235,8 @@ class TableTask:
         gold = self.parse_gold(table[self.answer_column][index], choices)
         if gold is None:
             return None
-        meta: dict[str, Any] = {"source": self.source, "split": self.split, "row": index}
+        split, row = self._row_origin(index)
+        meta: dict[str, Any] = {"source": self.source, "split": split, "row": row}
         for column in self.meta_columns:
             if column in table and table[column][index] is not None:
                 meta[column] = table[column][index]
@@ -250,6 +266,24 @@ class TableTask:
             example = self._build(index)
             if example is not None:
                 yield example
+
+
+def _concat_tables(tables: Sequence[Table], names: Sequence[str]) -> tuple[Table, list[tuple[str, int]]]:
+    """Concatenate column tables (a column missing from one table is ``None`` there) and say where each row came from.
+
+    >>> table, origin = _concat_tables([{"q": ["a", "b"]}, {"q": ["c"], "x": [1]}], ["dev", "validation"])
+    >>> table, origin
+    ({'q': ['a', 'b', 'c'], 'x': [None, None, 1]}, [('dev', 0), ('dev', 1), ('validation', 0)])
+    """
+    columns = list(dict.fromkeys(column for table in tables for column in table))
+    merged: Table = {column: [] for column in columns}
+    origin: list[tuple[str, int]] = []
+    for table, name in zip(tables, names, strict=True):
+        num_rows = max((len(values) for values in table.values()), default=0)
+        for column in columns:
+            merged[column].extend(table.get(column, [None] * num_rows))
+        origin.extend((name, row) for row in range(num_rows))
+    return merged, origin
 
 
 class GSM8KTask(TableTask):
@@ -305,12 +339,25 @@ class StrategyQATask(TableTask):
 
 
 class MMLUTask(TableTask):
-    """Multiple-choice knowledge questions (``cais/mmlu``, config ``all``): ``choices`` list, ``answer`` index."""
+    """Multiple-choice knowledge questions (``cais/mmlu``, config ``all``): ``choices`` list, ``answer`` index.
+
+    Splits of ``all``: ``test`` (14,042, evaluation), ``validation`` (1,531) and ``dev`` (285, five per subject) are
+    MMLU's own questions; training questions come from ``validation`` (or ``dev+validation``). ``auxiliary_train``
+    is NOT MMLU (its items come from ARC, MCTest, OBQA and RACE), so using it is logged as a warning.
+    """
 
     name, kind = "mmlu", "mc"
     hub_path, hub_config, default_split = "cais/mmlu", "all", "test"
     choices_column = "choices"
     meta_columns = ("subject",)
+
+    def _load(self) -> tuple[Table, list[int]]:
+        if self._table is None and self.data_files is None and "auxiliary_train" in self.split.split("+"):
+            logger.warning(
+                "mmlu: split auxiliary_train is not MMLU (its items come from ARC, MCTest, OBQA and RACE); "
+                "for MMLU training questions use split validation (or dev+validation)"
+            )
+        return super()._load()
 
     def parse_gold(self, value: Any, choices: tuple[str, ...] | None) -> str | None:
         return letter_gold(value, len(choices or ()))

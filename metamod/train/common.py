@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -173,7 +174,33 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_tokens: int | None, *, wher
     return dataset
 
 
-def build_missing_dataset(dataset_path: str, *, rollout_config: str) -> Path:
+def warn_dataset_options(dataset_path: str, options: dict[str, Any]) -> list[str]:
+    """Warn when a local dataset's recorded build options (``build_summary.json``) differ from ``options``.
+
+    Returns:
+        The differing option names (empty when they agree, or when nothing was recorded).
+    """
+    summary_path = Path(dataset_path).expanduser() / "build_summary.json"
+    try:
+        recorded = json.loads(summary_path.read_text()).get("options")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(recorded, dict):
+        return []
+    differ = sorted(k for k, v in options.items() if k in recorded and recorded[k] != v)
+    if differ:
+        logger.warning(
+            "%s was built with %s, but this config asks for %s (dataset_* options); training on it as it is. "
+            "Rebuild it with `metamod build-dataset ... %s` to match.",
+            dataset_path,
+            ", ".join(f"{k}={recorded[k]!r}" for k in differ),
+            ", ".join(f"{k}={options[k]!r}" for k in differ),
+            " ".join(f"--{k} {options[k]}" for k in differ),
+        )
+    return differ
+
+
+def build_missing_dataset(dataset_path: str, *, rollout_config: str, **build_options: Any) -> Path:
     """Build a moderator dataset at ``dataset_path``: run the rollout config, then the dataset builder.
 
     Uses the rollout stage's own entry points (``metamod.rollout.run.rollout`` with the YAML parsed exactly as
@@ -183,6 +210,8 @@ def build_missing_dataset(dataset_path: str, *, rollout_config: str) -> Path:
     Args:
         dataset_path: where to save the ``DatasetDict``.
         rollout_config: a rollout YAML (e.g. ``configs/rollout/sim_arith.yaml``).
+        **build_options: options of :func:`metamod.rollout.snapshots.build_dataset` (``validation_fraction``,
+            ``single_template``, ``keep_agents``, ...).
 
     Returns:
         ``dataset_path`` as a ``Path``.
@@ -204,5 +233,5 @@ def build_missing_dataset(dataset_path: str, *, rollout_config: str) -> Path:
     logger.info("Running the debates of %s into %s", rollout_config, config.output_dir)
     summary = rollout(task_config=task_config, config=config, sim_config=sim_config)
     logger.info("Building the moderator dataset %s from %s", dataset_path, summary["traces_file"])
-    build_dataset(summary["traces_file"], dataset_path)
+    build_dataset(summary["traces_file"], dataset_path, **build_options)
     return Path(dataset_path)

@@ -62,6 +62,27 @@ class ModeratorGRPOConfig(GRPOConfig):
             "missing: runs the debates and `build-dataset`, then trains. Leave unset to require the dataset."
         },
     )
+    dataset_validation_fraction: float = field(
+        default=0.1,
+        metadata={
+            "help": "build-dataset option (validation_fraction) used when build_dataset_config builds dataset_path; "
+            "for an existing dataset a different recorded value is logged as a warning. The paper: 0."
+        },
+    )
+    dataset_single_template: bool = field(
+        default=False,
+        metadata={
+            "help": "build-dataset option (single_template): the STOP/CONTINUE prompt on every row, so the control "
+            "reward applies to every row (the paper). Used and checked like dataset_validation_fraction."
+        },
+    )
+    dataset_keep_agents: int | None = field(
+        default=None,
+        metadata={
+            "help": "build-dataset option (keep_agents): keep the first this many agents per round (the paper: 2). "
+            "Used and checked like dataset_validation_fraction."
+        },
+    )
     max_train_examples: int | None = field(default=None, metadata={"help": "Use at most this many training rows."})
     max_prompt_tokens: int | None = field(
         default=2048,
@@ -109,6 +130,10 @@ class ModeratorGRPOConfig(GRPOConfig):
             raise ValueError(f"sample_log_steps must be >= 0 (0 turns sample logging off), got {self.sample_log_steps}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1 or null, got {self.max_prompt_tokens}")
+        if not 0.0 <= self.dataset_validation_fraction < 1.0:
+            raise ValueError(f"dataset_validation_fraction must be in [0, 1), got {self.dataset_validation_fraction}")
+        if self.dataset_keep_agents is not None and self.dataset_keep_agents < 1:
+            raise ValueError(f"dataset_keep_agents must be >= 1 or null (all agents), got {self.dataset_keep_agents}")
         super().__post_init__()
         if isinstance(self.resume_from_checkpoint, str) and self.resume_from_checkpoint.lower() in ("false", "none"):
             self.resume_from_checkpoint = None
@@ -223,15 +248,25 @@ def prepare_model_path(
 
 
 def prepare_dataset(args: ModeratorGRPOConfig) -> None:
-    """Build ``dataset_path`` from ``build_dataset_config`` when it is missing (saying so in the log)."""
+    """Build ``dataset_path`` from ``build_dataset_config`` when it is missing (saying so in the log).
+
+    An existing local dataset whose ``build_summary.json`` records other ``dataset_*`` options is used as it is,
+    with a warning naming the differences.
+    """
     if args.dataset_path is None:
         raise ValueError("dataset_path is required (a `metamod build-dataset` folder or a Hub dataset id)")
-    if Path(args.dataset_path).exists() or not args.build_dataset_config:
+    options = {
+        "validation_fraction": args.dataset_validation_fraction,
+        "single_template": args.dataset_single_template,
+        "keep_agents": args.dataset_keep_agents,
+    }
+    if Path(args.dataset_path).exists():
+        common.warn_dataset_options(args.dataset_path, options)
         return
-    from metamod.train.common import build_missing_dataset
-
+    if not args.build_dataset_config:
+        return
     logger.info("Dataset %s is missing: building it from %s", args.dataset_path, args.build_dataset_config)
-    build_missing_dataset(args.dataset_path, rollout_config=args.build_dataset_config)
+    common.build_missing_dataset(args.dataset_path, rollout_config=args.build_dataset_config, **options)
 
 
 def train(
