@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from metamod.evaluate.decision import DEBATE_LAYERS, DECISION_LAYERS, LayerContext, build_layer
+from metamod.evaluate.decision import DEBATE_LAYERS, DECISION_LAYERS, LayerContext, build_layer, final_answer
+from metamod.evaluate.metrics import method_metrics
 from metamod.evaluate.replay import replay
 from metamod.evaluate.voting import majority_answer
 from metamod.llm.base import Generation, SamplingConfig
@@ -198,3 +199,67 @@ def test_stopping_only_uses_majority_of_stopping_round():
 def test_replay_rejects_short_traces():
     with pytest.raises(ValueError, match="needs 5"):
         replay(build_layer("majority_vote", LayerContext(max_rounds=5)), [AGREE])
+
+
+# --------------------------------------------------------------------------------------------- final-round parse policy
+
+FINAL_CASES = [
+    # (forced-round output, answer, strict format validity, lenient)
+    ("STOP <answer>7</answer>.", "7", False, True),
+    ("<answer>7</answer>", "7", False, True),
+    ("The final answer is 7", "7", False, True),
+    ("7", "7", False, True),
+    ("I cannot tell", None, False, False),
+    ("\r\ufffdmememe\ufffdmeme", None, False, False),  # junk of the untrained tiny model is no answer
+    ("CONTINUE", None, True, False),
+    ("STOP <answer></answer>", None, False, False),
+    ("STOP <answer>7</answer>", "7", True, False),
+]
+
+
+@pytest.mark.parametrize(("text", "answer", "valid", "lenient"), FINAL_CASES)
+@pytest.mark.parametrize("method", ["moderator", "moderator_prompted", "adjudication_only"])
+def test_forced_final_answer_is_lenient_but_validity_stays_strict(method, text, answer, valid, lenient):
+    gen = ScriptedGenerator(lambda prompt: text if "last round" in prompt else "CONTINUE")
+    ctx = LayerContext(max_rounds=3, moderator=gen, moderator_base=gen)
+    rec = replay(build_layer(method, ctx), [AGREE])[0]
+    assert rec["rounds"] == 3 and rec["final_answer"] == answer
+    last = rec["decisions"][-1]
+    assert (last["answer"], last["valid"], last["lenient"], last["raw"]) == (answer, valid, lenient, text)
+    assert rec["valid"][-1] is valid
+    assert all(d["lenient"] is False for d in rec["decisions"][:-1])
+
+
+def test_invalid_stop_before_the_last_round_still_continues():
+    gen = ScriptedGenerator(lambda prompt: "STOP <answer>7</answer>.")  # also at the forced round
+    rec = replay(build_layer("moderator", LayerContext(max_rounds=3, moderator=gen)), [AGREE])[0]
+    assert gen.calls == [1, 1, 1] and rec["rounds"] == 3
+    assert [(d["stop"], d["answer"], d["valid"], d["lenient"]) for d in rec["decisions"]] == [
+        (False, None, False, False),
+        (False, None, False, False),
+        (True, "7", False, True),
+    ]
+
+
+def test_stopping_only_never_uses_the_lenient_path():
+    gen = ScriptedGenerator(lambda prompt: "STOP <answer>999</answer>.")
+    rec = replay(build_layer("stopping_only", LayerContext(max_rounds=3, moderator=gen)), [LATE])[0]
+    assert rec["rounds"] == 3 and rec["final_answer"] in {"7", "6"}  # majority of the last round, not 999
+    assert not any(d["lenient"] for d in rec["decisions"])
+
+
+@pytest.mark.parametrize("text", [text for text, *_ in FINAL_CASES] + ["Both agents agree. <answer>(B)</answer>"])
+def test_judge_and_moderator_read_final_outputs_the_same_way(text):
+    gen = ScriptedGenerator(lambda prompt: text)
+    judged = replay(build_layer("judge", LayerContext(max_rounds=2, judge=gen)), [AGREE])[0]
+    moderated = replay(build_layer("adjudication_only", LayerContext(max_rounds=2, moderator=gen)), [AGREE])[0]
+    assert judged["final_answer"] == moderated["final_answer"] == final_answer(text)
+    assert judged["decisions"][-1]["lenient"] is False and judged["decisions"][-1]["valid"] is None
+
+
+def test_lenient_final_answers_are_counted_per_method():
+    gen = ScriptedGenerator(lambda prompt: "STOP <answer>7</answer>." if "Question late?" in prompt else "CONTINUE")
+    records = replay(build_layer("moderator", LayerContext(max_rounds=3, moderator=gen)), TRACES)
+    metrics = method_metrics([{**r, "correct": False} for r in records])
+    assert metrics["lenient_final_answers"] == 1 and metrics["moderator_calls"] == 15
+    assert metrics["format_valid_rate"] == 12 / 15  # validity stays strict: the lenient answer's call is invalid

@@ -155,7 +155,7 @@ def test_cli_flag_end_to_end(tmp_path, capsys):
     capsys.readouterr()
     assert main(rollout) == 2
     err = capsys.readouterr().err
-    assert "different settings" in err and "prompts_file" in err
+    assert "different settings" in err and "prompts_sha256" in err
     # a bad prompts file is one config-error line, exit 2
     bad = _write(tmp_path / "bad.yaml", {"judge": "no placeholders"})
     assert main([*rollout, "--prompts", str(bad)]) == 2

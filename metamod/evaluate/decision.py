@@ -18,9 +18,13 @@ debate (the forced decision).
 
 Moderator protocol: after each round the moderator sees ``moderator_messages(question, responses, final=False)``
 and answers ``CONTINUE`` or ``STOP <answer>..</answer>``, parsed by :func:`metamod.rewards.moderator.parse_decision`.
+Format validity is always that strict parse (``StepDecision.valid``, the reported format-valid rate).
 Only a *valid* ``STOP`` stops a debate before ``T_max``; an invalid or unparsable output counts as ``CONTINUE``.
-At ``T_max`` the forced prompt (``final=True``) is used and only a valid ``STOP`` with its answer counts; anything
-else gives no answer, which is graded wrong. Each moderator call's validity is recorded (format-valid rate).
+At ``T_max`` the forced prompt (``final=True``) is used and, as in the paper, the moderator's final output is the
+answer: :func:`final_answer` reads it leniently (the ``<answer>`` span even with extra text or no ``STOP``, else
+the grader's :func:`~metamod.tasks.grading.extract_answer`, else a bare one-token answer); an output with no
+answer in it gives ``None``, graded wrong. ``StepDecision.lenient`` marks answers taken from a format-invalid
+output. The ``judge`` layer reads its output with the same :func:`final_answer`.
 
 Single-agent baselines (``single_*``) live in :mod:`metamod.evaluate.single` and share this registry.
 
@@ -31,7 +35,7 @@ Single-agent baselines (``single_*``) live in :mod:`metamod.evaluate.single` and
 ...     {"round": 0, "responses": [{"agent": 0, "text": "<answer>2</answer>", "answer": "2"},
 ...                                {"agent": 1, "text": "<answer>2</answer>", "answer": "2"}]}]}
 >>> build_layer("consensus", ctx).decide(0, [debate])[0]
-StepDecision(stop=True, answer='2', raw=None, valid=None, prompt_tokens=0, completion_tokens=0)
+StepDecision(stop=True, answer='2', raw=None, valid=None, lenient=False, prompt_tokens=0, completion_tokens=0)
 >>> build_layer("majority_vote", ctx).decide(0, [debate])[0].stop
 False
 """
@@ -39,6 +43,7 @@ False
 from __future__ import annotations
 
 import logging
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -46,8 +51,9 @@ from typing import Any, ClassVar
 from metamod.llm.base import Generation, Generator, SamplingConfig
 from metamod.prompts import format_responses, render
 from metamod.registry import resolve
+from metamod.rewards.moderator import STOP, parse_decision
 from metamod.rollout.state import moderator_messages
-from metamod.tasks.grading import extract_answer
+from metamod.tasks.grading import extract_answer, normalize_answer
 
 from .voting import all_agree, majority_answer
 
@@ -63,6 +69,8 @@ class StepDecision:
         answer: the final answer when stopping (``None``: no answer, graded wrong).
         raw: the LLM output the decision was parsed from (``None`` for heuristic layers).
         valid: whether that output followed the moderator protocol (``None`` when no moderator call was made).
+        lenient: ``True`` when the answer was taken by :func:`final_answer` at the forced last round from an output
+            that was not format-valid (``valid=False``); always ``False`` before the last round and for the judge.
         prompt_tokens: prompt tokens the layer itself spent on this decision.
         completion_tokens: completion tokens the layer itself spent on this decision.
     """
@@ -71,6 +79,7 @@ class StepDecision:
     answer: str | None = None
     raw: str | None = None
     valid: bool | None = None
+    lenient: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -80,6 +89,7 @@ class StepDecision:
             "answer": self.answer,
             "raw": self.raw,
             "valid": self.valid,
+            "lenient": self.lenient,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
         }
@@ -130,6 +140,68 @@ class LayerContext:
             raise ValueError(f"fixed_rounds must be >= 1, got {self.fixed_rounds}")
         if self.sc_samples < 1:
             raise ValueError(f"sc_samples must be >= 1, got {self.sc_samples}")
+
+
+# --------------------------------------------------------------------------------------------- parse policy
+
+_ANSWER_MARKER_RE = re.compile(r"</?answer\b|\\(?:boxed|fbox)\b", re.IGNORECASE)
+_LEADING_STOP_RE = re.compile(r"^STOP\b[\s:]*", re.IGNORECASE)
+_PLAIN_NUMBER_RE = re.compile(r"[-+]?\d+(?:/\d+)?")
+_OPTION_LETTER_RE = re.compile(r"\([A-Za-z]\)|[A-Z]")
+
+
+def _bare_answer(text: str) -> str | None:
+    """The whole output as an answer when it is one token naming a plain number, an option letter or yes/no."""
+    bare = _LEADING_STOP_RE.sub("", text.strip(), count=1).strip().strip("*").strip()
+    bare = bare[:-1].rstrip() if bare.endswith(".") else bare
+    if not bare or not re.fullmatch(r"\S+", bare):
+        return None
+    number = normalize_answer(bare, "math")
+    if number is not None and _PLAIN_NUMBER_RE.fullmatch(number):
+        return bare
+    if _OPTION_LETTER_RE.fullmatch(bare) or normalize_answer(bare, "yesno") is not None:
+        return bare
+    return None
+
+
+def final_answer(text: str | None) -> str | None:
+    """The answer of a forced final output (moderator at ``T_max``, or the judge), read leniently.
+
+    The ONE parse policy for final answers: every moderator layer's forced answer and the judge use it. Format
+    validity is not its concern (that stays :func:`~metamod.rewards.moderator.parse_decision`'s strict verdict).
+
+    Precedence:
+
+    1. a format-valid ``STOP <answer>x</answer>`` gives ``x`` (a valid ``CONTINUE`` gives ``None``);
+    2. else :func:`metamod.tasks.grading.extract_answer`: the LAST ``<answer>`` span whatever surrounds it (with or
+       without ``STOP``, text or a period after it), else ``\\boxed{}``, ``Final Answer:``, ``the answer is ...``;
+    3. else, when the output has no answer marker at all, a bare answer: the whole output (a leading ``STOP`` and a
+       trailing period dropped) if it is ONE whitespace-free token that is a plain number (``42``, ``$5``,
+       ``1,000``, ``\\frac{1}{2}``), an option letter (``B``, ``(b)``) or yes/no/true/false.
+
+    Anything else (prose, junk, ``CONTINUE``, ``STOP`` alone, an empty span, a bare non-numeric expression such as
+    ``x=5``) gives ``None``, which is graded wrong.
+
+    Args:
+        text: the raw output (``None`` is treated as empty).
+
+    Returns:
+        The answer text, stripped, or ``None``.
+
+    >>> [final_answer(t) for t in ["STOP <answer>7</answer>", "STOP <answer>7</answer>.", "<answer>7</answer>"]]
+    ['7', '7', '7']
+    >>> [final_answer(t) for t in ["The final answer is 7", "42", "STOP 42.", "(B)", "Yes", "Agents: <answer>B</answer>"]]
+    ['7', '42', '42', '(B)', 'Yes', 'B']
+    >>> [final_answer(t) for t in ["I cannot tell", "CONTINUE", "STOP", "STOP <answer></answer>", "memememe", None]]
+    [None, None, None, None, None, None]
+    """
+    parsed = parse_decision(text)
+    if parsed.valid:
+        return parsed.answer
+    answer = extract_answer(text)
+    if answer is not None or not text or _ANSWER_MARKER_RE.search(text):
+        return answer
+    return _bare_answer(text)
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -254,7 +326,7 @@ class Judge(DecisionLayer):
         return [
             StepDecision(
                 stop=True,
-                answer=extract_answer(g.text),
+                answer=final_answer(g.text),
                 raw=g.text,
                 prompt_tokens=g.prompt_tokens,
                 completion_tokens=g.completion_tokens,
@@ -274,21 +346,27 @@ class Moderator(DecisionLayer):
         return getattr(self.context, self.generator_field)
 
     def ask(self, round_index: int, debates: list[dict[str, Any]], *, final: bool) -> list[StepDecision]:
-        """One batched moderator call; returns the protocol-level decision (answer only for a valid STOP)."""
-        from metamod.rewards.moderator import parse_decision
+        """One batched moderator call.
 
+        Before the last round (``final=False``) only a format-valid ``STOP`` stops, with its answer; anything else
+        continues. At the forced last round (``final=True``) every debate stops with :func:`final_answer` of the
+        output. ``valid`` is the strict protocol verdict either way.
+        """
         conversations = [moderator_messages(d["question"], round_texts(d, round_index), final=final) for d in debates]
         outputs = _single_call(self.generator, conversations, self.context.moderator_sampling)
         decisions = []
         for g in outputs:
             parsed = parse_decision(g.text)
-            stop = bool(parsed.valid and parsed.action == "STOP")
+            valid = bool(parsed.valid)
+            stop = valid and parsed.action == STOP
+            answer = final_answer(g.text) if final else (parsed.answer if stop else None)
             decisions.append(
                 StepDecision(
                     stop=stop or final,
-                    answer=parsed.answer if stop else None,
+                    answer=answer,
                     raw=g.text,
-                    valid=bool(parsed.valid),
+                    valid=valid,
+                    lenient=final and not valid and answer is not None,
                     prompt_tokens=g.prompt_tokens,
                     completion_tokens=g.completion_tokens,
                 )

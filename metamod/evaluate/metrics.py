@@ -3,7 +3,8 @@
 A *record* is one method's outcome on one question (the ``methods[name]`` entry of a ``samples.jsonl`` row):
 ``correct`` (bool), ``covered`` (gold among the debaters' answers in rounds ``0..stop``), ``rounds`` (rounds
 played, ``None`` for single-agent baselines), ``tokens`` (``debater_prompt``, ``debater_completion``,
-``moderator_prompt``, ``moderator_completion``) and ``valid`` (list of the moderator calls' format validity).
+``moderator_prompt``, ``moderator_completion``), ``valid`` (list of the moderator calls' format validity) and
+``decisions`` (per-round decision dicts; ``lenient`` marks a forced final answer read from a format-invalid output).
 
 Identities (checked in tests): ``correct = correct_with_coverage + correct_without_coverage`` and
 ``mis_aggregation = covered - correct_with_coverage``.
@@ -157,6 +158,7 @@ def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | 
     if validity:
         out["format_valid_rate"] = sum(validity) / len(validity)
         out["moderator_calls"] = len(validity)
+        out["lenient_final_answers"] = sum(1 for r in records for d in (r.get("decisions") or []) if d.get("lenient"))
     if seeds is not None and len(set(seeds)) > 1:
         per_seed = []
         for seed in sorted(set(seeds)):
