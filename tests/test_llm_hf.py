@@ -109,3 +109,54 @@ def test_from_model_reuses_loaded_objects(gen):
         again.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=4))[0].text
         == gen.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=4))[0].text
     )
+
+
+def test_pruned_decoding_matches_generate_greedy(tiny_dir):
+    """The fast loop (finished rows leave the batch, growing KV buffers) computes what model.generate computes."""
+    greedy = SamplingConfig(temperature=0, max_tokens=14)
+    pruned = HFGenerator(str(tiny_dir), device="cpu", batch_size=3, decode="pruned")
+    reference = HFGenerator(str(tiny_dir), device="cpu", batch_size=3, decode="generate")
+    a, b = pruned.chat(CONVS, greedy), reference.chat(CONVS, greedy)
+    assert [(g.text, g.completion_tokens, g.finish_reason) for g in a] == [
+        (g.text, g.completion_tokens, g.finish_reason) for g in b
+    ]
+    stop = SamplingConfig(temperature=0, max_tokens=14, stop=[b[1].text[3:6]] if len(b[1].text) > 6 else None)
+    assert [g.text for g in pruned.chat(CONVS, stop)] == [g.text for g in reference.chat(CONVS, stop)]
+
+
+def test_pruned_sampling_is_seeded_and_top_p_narrows(tiny_dir):
+    gen = HFGenerator(str(tiny_dir), device="cpu", batch_size=2, decode="pruned")
+    sampling = SamplingConfig(temperature=1.0, max_tokens=8, n=2, seed=7)
+    first, again = gen.chat(CONVS, sampling), gen.chat(CONVS, sampling)
+    assert [g.text for g in first] == [g.text for g in again]
+    assert len({g.text for g in first}) > 1
+    nucleus = gen.chat(CONVS, SamplingConfig(temperature=1.0, top_p=1e-6, max_tokens=8, seed=7))
+    greedy = gen.chat(CONVS, SamplingConfig(temperature=0, max_tokens=8))
+    assert [g.text for g in nucleus] == [g.text for g in greedy]  # top_p -> 0 keeps only the argmax
+
+
+def test_growing_cache_equals_dynamic_cache(tiny_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    from metamod.llm.hf_decode import growing_cache
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir)).eval()
+    ids = torch.randint(5, 200, (3, 9), generator=torch.Generator().manual_seed(0))
+    logits = []
+    for cache in (DynamicCache(), growing_cache(model)):
+        with torch.inference_mode():
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+            steps = [out.logits[:, -1]]
+            token = out.logits[:, -1].argmax(-1)
+            for i in range(70):  # past the first capacity, so the buffers grow
+                if i == 30:
+                    cache.batch_select_indices(torch.tensor([0, 2]))
+                    token = token[[0, 2]]
+                out = model(input_ids=token[:, None], past_key_values=cache, use_cache=True)
+                steps.append(out.logits[:, -1])
+                token = out.logits[:, -1].argmax(-1)
+        logits.append(steps)
+    assert type(growing_cache(model)).__name__ == "GrowingCache"
+    for x, y in zip(*logits, strict=True):
+        torch.testing.assert_close(x, y)

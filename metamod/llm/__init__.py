@@ -74,6 +74,16 @@ class BackendConfig:
         metadata={"help": "hf/vllm: weights dtype, auto|bfloat16|float16|float32 (hf auto: bf16 on GPU, fp32 on CPU)."},
     )
     batch_size: int = field(default=8, metadata={"help": "hf: conversations per batched generate call."})
+    decode: str = field(
+        default="auto",
+        metadata={
+            "help": "hf: decoding loop: pruned (finished rows leave the batch; fast for ragged lengths), generate "
+            "(model.generate), or auto (pruned unless the model's generation config needs generate)."
+        },
+    )
+    num_threads: int | None = field(
+        default=None, metadata={"help": "hf: torch CPU threads (None: torch's default / OMP_NUM_THREADS)."}
+    )
     trust_remote_code: bool = field(default=False, metadata={"help": "hf/vllm: allow model code from the Hub."})
     # vllm
     tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: number of GPUs to shard the model over."})
@@ -121,6 +131,10 @@ class BackendConfig:
                 f"max_lora_rank must be one of 1, 8, 16, 32, 64, 128, 256, 320, 512 (vLLM's choices), "
                 f"got {self.max_lora_rank}"
             )
+        if self.decode not in ("auto", "pruned", "generate"):
+            raise ValueError(f"decode must be one of auto, pruned, generate; got {self.decode!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
         if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
             raise ValueError(f"dtype must be one of auto, bfloat16, float16, float32; got {self.dtype!r}")
 
@@ -150,10 +164,14 @@ def build_generator(config: BackendConfig) -> Generator:
             dtype=config.dtype,
             batch_size=config.batch_size,
             trust_remote_code=config.trust_remote_code,
+            decode=config.decode,
+            num_threads=config.num_threads,
         )
     if config.backend == "vllm":
+        from metamod.llm.embedded import resolve_model_ref
+
         return cls(
-            config.model,
+            resolve_model_ref(config.model),
             adapter=config.adapter,
             tensor_parallel_size=config.tensor_parallel_size,
             dtype=config.dtype,

@@ -18,6 +18,21 @@ logger = logging.getLogger(__name__)
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+#: decoding loops: ``pruned`` drops finished rows (metamod.llm.hf_decode), ``generate`` is ``model.generate``;
+#: ``auto`` is ``pruned`` unless the model's generation config asks for logits processors it does not implement
+DECODERS = ("auto", "pruned", "generate")
+#: generation-config settings the pruned loop does not implement, with their neutral values
+_UNSUPPORTED = {
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "min_new_tokens": None,
+    "min_length": 0,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "min_p": None,
+}
 
 
 def looks_local(path: str) -> bool:
@@ -92,6 +107,8 @@ class HFGenerator:
         batch_size: conversations per ``generate`` call (each yields ``n`` sequences).
         trust_remote_code: forwarded to ``from_pretrained``.
         name: identifier used in traces (defaults to the model path, plus the adapter).
+        decode: ``auto``, ``pruned`` (finished rows leave the batch) or ``generate`` (``model.generate``).
+        num_threads: torch CPU threads to use (``None``: leave torch's setting).
 
     Attributes:
         model: the loaded (possibly PEFT-wrapped) model, in eval mode.
@@ -108,11 +125,25 @@ class HFGenerator:
         batch_size: int = 8,
         trust_remote_code: bool = False,
         name: str | None = None,
+        decode: str = "auto",
+        num_threads: int | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from metamod.llm.embedded import is_embedded, resolve_model_ref
+
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if decode not in DECODERS:
+            raise ValueError(f"decode must be one of {list(DECODERS)}, got {decode!r}")
+        if num_threads is not None:
+            import torch
+
+            if num_threads < 1:
+                raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
+            torch.set_num_threads(num_threads)
+        alias = model if is_embedded(model) else None
+        model = resolve_model_ref(model)
         if looks_local(model) and not Path(model).expanduser().is_dir():
             raise FileNotFoundError(
                 f"model folder {model!r} does not exist; pass an existing folder (the tiny model is built with "
@@ -130,7 +161,9 @@ class HFGenerator:
 
             lm = PeftModel.from_pretrained(lm, adapter)
         lm.to(device)
-        self._setup(lm, tokenizer, name=name or (f"{model}+{adapter}" if adapter else model), batch_size=batch_size)
+        label = alias or model
+        self._setup(lm, tokenizer, name=name or (f"{label}+{adapter}" if adapter else label), batch_size=batch_size)
+        self.decode = decode
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, *, name: str = "in-memory", batch_size: int = 8) -> HFGenerator:
@@ -147,6 +180,7 @@ class HFGenerator:
         """
         self = cls.__new__(cls)
         self._setup(model, tokenizer, name=name, batch_size=batch_size)
+        self.decode = "auto"
         return self
 
     def _setup(self, model: Any, tokenizer: Any, *, name: str, batch_size: int) -> None:
@@ -268,16 +302,15 @@ class HFGenerator:
         with torch.random.fork_rng(devices=devices, enabled=sampling.seed is not None):
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
-            for start in range(0, len(order), self.batch_size):
+            for chunk_index, start in enumerate(range(0, len(order), self.batch_size)):
                 chunk = order[start : start + self.batch_size]
-                for idx, gens in zip(
-                    chunk, self._generate_batch([prompts[i] for i in chunk], sampling, eos_ids), strict=True
-                ):
+                batch = [prompts[i] for i in chunk]
+                for idx, gens in zip(chunk, self._generate_batch(batch, sampling, eos_ids, chunk_index), strict=True):
                     results[idx] = gens
         return [g for gens in results for g in gens]  # type: ignore[union-attr]
 
     def _generate_batch(
-        self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: set[int]
+        self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: set[int], chunk_index: int = 0
     ) -> list[list[Generation]]:
         import torch
 
@@ -289,6 +322,8 @@ class HFGenerator:
                 "prompt of %d tokens + max_tokens=%d exceeds the context (%d); generating at most %d tokens",
                 longest, sampling.max_tokens, self.context_length, max_new,
             )  # fmt: skip
+        if self._use_pruned():
+            return self._pruned_batch(prompts, sampling, eos_ids, max_new, chunk_index)
         batch = self.tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
         batch = {k: v.to(self.device) for k, v in batch.items()}
         kwargs = self._generation_kwargs(sampling, max_new)
@@ -310,6 +345,63 @@ class HFGenerator:
             gens = []
             for j in range(sampling.n):
                 row = new_tokens[i * per_prompt + (j if per_prompt > 1 else 0)]
+                text, n_tokens, reason = self._finish(row, sampling.stop, eos_ids)
+                gens.append(Generation(text, len(prompt), n_tokens, reason))
+            grouped.append(gens)
+        return grouped
+
+    # ------------------------------------------------------------------ pruned decoding
+
+    def _use_pruned(self) -> bool:
+        if self.decode != "auto":
+            return self.decode == "pruned"
+        config = getattr(self.model, "generation_config", None)
+        odd = [k for k, neutral in _UNSUPPORTED.items() if getattr(config, k, neutral) not in (neutral, None)]
+        if odd and not getattr(self, "_logged_decoder", False):
+            logger.info("%s: generation config sets %s; decoding with model.generate", self.name, odd)
+            self._logged_decoder = True
+        return not odd
+
+    def _stop_check(self, stop: list[str] | None):
+        """A cheap per-token stop-string test: decode only the last few tokens of a row."""
+        stop = [s for s in stop or [] if s]
+        if not stop:
+            return None
+        window = max(len(self.tokenizer(s, add_special_tokens=False)["input_ids"]) for s in stop) + 2
+
+        def stopped(ids: list[int]) -> bool:
+            text = self.tokenizer.decode(ids[-window:], skip_special_tokens=True)
+            return any(s in text for s in stop)
+
+        return stopped
+
+    def _pruned_batch(
+        self, prompts: list[list[int]], sampling: SamplingConfig, eos_ids: set[int], max_new: int, chunk_index: int
+    ) -> list[list[Generation]]:
+        from metamod.llm.hf_decode import decode_rows
+
+        per_prompt = 1 if sampling.temperature == 0 else sampling.n
+        rows = [p for p in prompts for _ in range(per_prompt)]
+        top_k = getattr(getattr(self.model, "generation_config", None), "top_k", None) or 0
+        seed = sampling.seed
+        generated = decode_rows(
+            self.model,
+            rows,
+            pad_id=self.tokenizer.pad_token_id,
+            eos_ids=eos_ids,
+            max_new_tokens=max_new,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=top_k if sampling.temperature > 0 else 0,
+            # a separate stream per micro-batch, all fixed by the call's seed
+            seed=None if seed is None else int(seed) * 100_003 + chunk_index,
+            stopped=self._stop_check(sampling.stop),
+        )
+        grouped: list[list[Generation]] = []
+        for i, prompt in enumerate(prompts):
+            gens = []
+            for j in range(sampling.n):
+                row = generated[i * per_prompt + (j if per_prompt > 1 else 0)]
                 text, n_tokens, reason = self._finish(row, sampling.stop, eos_ids)
                 gens.append(Generation(text, len(prompt), n_tokens, reason))
             grouped.append(gens)

@@ -1,0 +1,215 @@
+"""A batched decoding loop that drops finished rows: the hf backend's fast path for short, ragged completions.
+
+``model.generate`` keeps every row of a batch until the longest one finishes, and its ``stop_strings`` criterion
+re-tokenises every row at every step. For debates (32 rows of which most answer in 20-60 tokens, a few run to
+``max_tokens``) that wastes most of the compute on a CPU. :func:`decode_rows` runs the same computation (prefill
+with left padding, then one token per step with the KV cache) but removes a row from the batch, and from the
+cache, as soon as it emits an end-of-sequence token or a stop string; so each step costs only the live rows.
+
+Sampling: greedy at ``temperature == 0``; otherwise temperature, then top-k (0 = off), then top-p over the
+softmax, drawn from a ``torch.Generator`` seeded per call (the global RNG is untouched). Results are token id
+lists, one per row, ending with the eos token when the row stopped on it.
+
+>>> import torch
+>>> logits = torch.tensor([[0.0, 1.0, 5.0], [3.0, 0.0, 0.0]])
+>>> pick_tokens(logits, temperature=0.0, top_p=1.0, top_k=0, generator=None).tolist()
+[2, 0]
+>>> filtered = top_p_filter(torch.tensor([[0.0, 0.0, 10.0]]), 0.5)
+>>> torch.isinf(filtered).tolist()
+[[True, True, False]]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def top_p_filter(logits: Any, top_p: float) -> Any:
+    """Set to ``-inf`` every logit outside the smallest set whose probability mass reaches ``top_p``."""
+    import torch
+
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    drop = probs.cumsum(dim=-1) - probs > top_p  # the token that crosses top_p is kept
+    drop[..., 0] = False
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+def pick_tokens(logits: Any, *, temperature: float, top_p: float, top_k: int, generator: Any) -> Any:
+    """The next token of every row: argmax at temperature 0, else a draw from the filtered distribution."""
+    import torch
+
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    logits = top_p_filter(logits, top_p)
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def growing_cache(model: Any) -> Any:
+    """A KV cache that appends into preallocated buffers (capacity doubles) instead of ``torch.cat`` per step.
+
+    ``DynamicCache`` copies every layer's whole cache at every decoded token (O(length) per step, and on a CPU a
+    fresh allocation, i.e. page faults and system time, per layer per step). Models with sliding-window layers
+    keep ``DynamicCache``.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import Cache, DynamicLayer
+
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    layer_types = set(getattr(text_config, "layer_types", None) or ["full_attention"])
+    if layer_types != {"full_attention"} or getattr(text_config, "use_sliding_window", False):
+        return DynamicCache()
+
+    class GrowingLayer(DynamicLayer):
+        def lazy_initialization(self, key_states, value_states) -> None:
+            super().lazy_initialization(key_states, value_states)
+            self._length = 0
+            self._buffers = None
+
+        def _reserve(self, key_states, value_states, needed: int) -> None:
+            capacity = 0 if self._buffers is None else self._buffers[0].shape[-2]
+            if needed <= capacity:
+                return
+            capacity = max(2 * capacity, needed + 64)
+            fresh = []
+            for states in (key_states, value_states):
+                shape = list(states.shape)
+                shape[-2] = capacity
+                fresh.append(states.new_empty(shape))
+            if self._buffers is not None:
+                for old, new in zip(self._buffers, fresh, strict=True):
+                    new[..., : self._length, :] = old[..., : self._length, :]
+            self._buffers = fresh
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self._length + key_states.shape[-2]
+            self._reserve(key_states, value_states, end)
+            keys, values = self._buffers
+            keys[..., self._length : end, :] = key_states
+            values[..., self._length : end, :] = value_states
+            self._length = end
+            self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self._length if self.is_initialized else 0
+
+        def batch_select_indices(self, indices) -> None:
+            if self.is_initialized and self._buffers is not None:
+                self._buffers = [b[indices, ...] for b in self._buffers]
+                self.keys = self._buffers[0][..., : self._length, :]
+                self.values = self._buffers[1][..., : self._length, :]
+
+        def reorder_cache(self, beam_idx) -> None:
+            self.batch_select_indices(beam_idx)
+
+        def crop(self, tokens_to_remove: int) -> None:  # not used by this loop; keep the buffer semantics right
+            if tokens_to_remove < 0 and self.is_initialized:
+                self._length = max(0, self._length + tokens_to_remove)
+                self.keys = self._buffers[0][..., : self._length, :]
+                self.values = self._buffers[1][..., : self._length, :]
+
+    class GrowingCache(DynamicCache):
+        def __init__(self) -> None:
+            Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
+
+    return GrowingCache()
+
+
+def _forward(model: Any, **kwargs: Any) -> Any:
+    try:
+        return model(**kwargs, logits_to_keep=1)
+    except TypeError:  # models without logits_to_keep compute every position's logits
+        return model(**kwargs)
+
+
+def decode_rows(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    eos_ids: set[int],
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int | None = None,
+    stopped: Callable[[list[int]], bool] | None = None,
+) -> list[list[int]]:
+    """Decode every row (a prompt's token ids) until eos, a stop string or ``max_new_tokens``.
+
+    Args:
+        model: a causal LM (``PreTrainedModel`` or ``PeftModel``) in eval mode.
+        rows: prompt token ids, one list per row (repeat a prompt for several samples).
+        pad_id: the pad token id used for left padding.
+        eos_ids: token ids that end a row (kept as its last token).
+        max_new_tokens: the most tokens a row may generate.
+        temperature: 0 for greedy decoding.
+        top_p: nucleus mass (1.0: off).
+        top_k: keep the k most likely tokens (0: off).
+        seed: seeds this call's sampling generator (``None``: unseeded).
+        stopped: called with a row's generated ids after each new token; ``True`` ends the row (stop strings).
+
+    Returns:
+        The generated ids of each row, in row order.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        input_ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        attention[i, width - len(row) :] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    generator = None
+    if temperature > 0 and seed is not None:
+        generator = torch.Generator(device=device).manual_seed(int(seed))
+    cache = growing_cache(model)
+    out = [[] for _ in rows]
+    live = list(range(len(rows)))
+    with torch.inference_mode():
+        logits = _forward(
+            model, input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1, :]  # fmt: skip
+        next_position = positions[:, -1] + 1
+        for step in range(max_new_tokens):
+            tokens = pick_tokens(logits, temperature=temperature, top_p=top_p, top_k=top_k, generator=generator)
+            keep = []
+            for j, (row, token) in enumerate(zip(live, tokens.tolist(), strict=True)):
+                out[row].append(token)
+                if token in eos_ids or (stopped is not None and stopped(out[row])):
+                    continue
+                keep.append(j)
+            if not keep or step == max_new_tokens - 1:
+                break
+            if len(keep) < len(live):
+                index = torch.tensor(keep, device=device)
+                cache.batch_select_indices(index)
+                attention, next_position, tokens = attention[index], next_position[index], tokens[index]
+                live = [live[j] for j in keep]
+            attention = torch.cat([attention, attention.new_ones((len(live), 1))], dim=1)
+            logits = _forward(
+                model, input_ids=tokens[:, None], attention_mask=attention, position_ids=next_position[:, None],
+                past_key_values=cache, use_cache=True,
+            ).logits[:, -1, :]  # fmt: skip
+            next_position = next_position + 1
+    return out
