@@ -10,7 +10,7 @@ import os
 import sys
 
 from metamod.config import ConfigError, setup_logging
-from metamod.prompts import PROMPTS_ENV, active_prompts_file, use_prompts
+from metamod.prompts import PROMPTS_ENV, PROMPTS_FROM_CLI_ENV, active_prompts_file, use_prompts
 from metamod.registry import import_dotted
 
 #: command -> (entry point, one-line help)
@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging()
     previous_prompts = os.environ.get(PROMPTS_ENV)
+    explicit = prompts is not None or previous_prompts is not None
+    if explicit:  # a prompts file given here (or by $METAMOD_PROMPTS) wins over a config file's `prompts:` key
+        os.environ[PROMPTS_FROM_CLI_ENV] = "1"
     try:
         # Validate the prompts file before any work; the environment variable carries it into subprocesses.
         try:
@@ -103,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"metamod {command}: interrupted; outputs written so far are kept and a rerun resumes.", file=sys.stderr)
         return 130
     finally:  # in-process callers (tests, the demo's stages) get their environment back
+        if explicit:
+            os.environ.pop(PROMPTS_FROM_CLI_ENV, None)
         if previous_prompts is None:
             os.environ.pop(PROMPTS_ENV, None)
         else:

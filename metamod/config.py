@@ -62,18 +62,50 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
             raise ConfigError(
                 f"Config file {path} must contain a YAML mapping of key: value, got {type(data).__name__}"
             )
-        unknown = sorted(k for k in data if k not in valid and k != "env")
+        unknown = sorted(k for k in data if k not in valid and k not in ("env", "prompts"))
         if unknown:
             raise ConfigError(f"Unknown key(s) {unknown} in {path}. Valid keys: {', '.join(valid)}")
+        _activate_config_prompts(data.get("prompts"), path)
     parser = TrlParser(dataclass_types, prog=prog, allow_abbrev=False)
     try:
         outputs = parser.parse_args_and_config(args=argv, return_remaining_strings=True)
     except SystemExit:
         raise
-    remaining = outputs[-1]
+    remaining = _drop_pair(outputs[-1], "--prompts")  # the config file's `prompts:` key, handled above
     if remaining:
         raise ConfigError(f"Unknown argument(s) {remaining}. Valid keys: {', '.join('--' + k for k in valid)}")
     return tuple(outputs[:-1])
+
+
+def _activate_config_prompts(value: Any, config_path: Path) -> None:
+    """A config file's ``prompts: file.yaml`` key: activate that prompts file, unless ``--prompts`` already set one.
+
+    The prompts file is what makes an experiment's wording part of its config (e.g. the few-shot debater prompts
+    of the SmolLM2 world); the command line's global ``--prompts`` takes precedence.
+    """
+    if value is None:
+        return
+    from metamod.prompts import PROMPTS_FROM_CLI_ENV, active_prompts_file, use_prompts
+
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{config_path}: prompts must be the path of a YAML prompts file, got {value!r}")
+    if os.environ.get(PROMPTS_FROM_CLI_ENV) and active_prompts_file() is not None:
+        logger.info("--prompts %s overrides prompts: %s from %s", active_prompts_file(), value, config_path)
+        return
+    use_prompts(value)
+
+
+def _drop_pair(strings: list[str], flag: str) -> list[str]:
+    out, skip = [], False
+    for i, item in enumerate(strings):
+        if skip:
+            skip = False
+            continue
+        if item == flag and i + 1 < len(strings):
+            skip = True
+            continue
+        out.append(item)
+    return out
 
 
 def config_to_dict(*configs: Any) -> dict[str, Any]:

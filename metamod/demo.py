@@ -1,13 +1,15 @@
-"""``metamod demo``: the whole pipeline on the embedded default, on a CPU, in a few minutes.
+"""``metamod demo``: the whole pipeline on the embedded default, on a CPU, in about a quarter of an hour.
 
-rollout (simulated debates on the synthetic arithmetic task) -> moderator dataset (eta labels) -> tiny moderator
-trained with a warm start + GRPO + LoRA -> evaluation against every baseline and ablation on held-out questions
--> adapter export with its model card -> ``<output_dir>/report.md``.
+The real world (default): rollout (two SmolLM2-135M-Instruct debaters on direct arithmetic questions) ->
+moderator dataset (eta labels) -> SmolLM2 + LoRA moderator trained with a warm start + GRPO -> evaluation against
+the baselines and the stopping-only ablation on held-out questions -> adapter export with its model card ->
+``<output_dir>/report.md``. ``--world simulated`` runs the same stages on simulated debaters with the tiny random
+model (mechanics in a few minutes; every number labelled simulated).
 
 Each stage runs through the same command entry points a user calls (``metamod rollout``, ``build-dataset``,
 ``train``, ``eval``, ``export``) with the shipped configs, so the demo exercises exactly the user-facing paths.
 Stages whose outputs already exist are skipped (``--force`` reruns them), so an interrupted demo resumes.
-Every number it prints comes from SIMULATED debaters and is labelled so.
+results.json records which world produced it (``simulated: true/false``).
 """
 
 from __future__ import annotations
@@ -25,18 +27,82 @@ from metamod.config import ConfigError, parse_config, save_resolved_config
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class World:
+    """The shipped configs and the sizes of one demo world (sized for ~15 minutes on 2 cores, install included)."""
+
+    rollout_config: str
+    train_config: str
+    eval_config: str
+    train_questions: int
+    eval_questions: int
+    output_dir: str
+    #: evaluation rows of the demo (None: the eval config's list)
+    methods: tuple[str, ...] | None = None
+    #: build the offline tiny model for training (the simulated world)
+    tiny_model: bool = False
+
+
+WORLDS: dict[str, World] = {
+    # SmolLM2-135M-Instruct debaters, moderator (+ LoRA), judge and single agents, on direct arithmetic.
+    "real": World(
+        rollout_config="configs/rollout/smol_arith.yaml",
+        train_config="configs/train/smol_moderator.yaml",
+        eval_config="configs/eval/smol_debate.yaml",
+        train_questions=32,
+        eval_questions=32,
+        output_dir="checkpoints/demo",
+        # the rows the demo has time for; the benchmark run evaluates every method (benchmarks/README.md)
+        methods=(
+            "single_cot",
+            "majority_vote",
+            "consensus",
+            "judge",
+            "moderator_prompted",
+            "moderator",
+            "stopping_only",
+        ),
+    ),  # fmt: skip
+    # seeded simulated debaters and the tiny random model: mechanics, in a few minutes.
+    "simulated": World(
+        rollout_config="configs/rollout/sim_arith.yaml",
+        train_config="configs/train/tiny_sim.yaml",
+        eval_config="configs/eval/sim_debate.yaml",
+        train_questions=400,
+        eval_questions=200,
+        output_dir="checkpoints/demo-simulated",
+        tiny_model=True,
+    ),
+}
+
+
 @dataclass
 class DemoConfig:
     """Options of ``metamod demo`` (paths are relative to the repository root)."""
 
-    output_dir: str = field(default="checkpoints/demo", metadata={"help": "Folder for every artefact and report.md."})
-    rollout_config: str = field(
-        default="configs/rollout/sim_arith.yaml", metadata={"help": "Rollout config for the training debates."}
+    world: str = field(
+        default="real",
+        metadata={
+            "help": "real: the embedded SmolLM2-135M-Instruct plays every role (debaters, moderator + LoRA, judge) "
+            "on direct arithmetic; simulated: seeded simulated debaters and the tiny random model (fast, mechanics "
+            "only, labelled simulated)."
+        },
     )
-    train_config: str = field(default="configs/train/tiny_sim.yaml", metadata={"help": "Moderator training config."})
-    eval_config: str = field(default="configs/eval/sim_debate.yaml", metadata={"help": "Evaluation config."})
-    train_questions: int = field(default=400, metadata={"help": "Simulated training debates (questions)."})
-    eval_questions: int = field(default=200, metadata={"help": "Held-out evaluation questions (arith test stream)."})
+    output_dir: str | None = field(
+        default=None,
+        metadata={"help": "Folder for every artefact and report.md (None: checkpoints/demo, or demo-simulated)."},
+    )
+    rollout_config: str | None = field(
+        default=None, metadata={"help": "Rollout config for the training debates (None: the world's)."}
+    )
+    train_config: str | None = field(default=None, metadata={"help": "Moderator training config (None: the world's)."})
+    eval_config: str | None = field(default=None, metadata={"help": "Evaluation config (None: the world's)."})
+    train_questions: int | None = field(
+        default=None, metadata={"help": "Training debates (questions) (None: the world's: real 32, simulated 400)."}
+    )
+    eval_questions: int | None = field(
+        default=None, metadata={"help": "Held-out evaluation questions (None: the world's: real 32, simulated 200)."}
+    )
     warm_start_steps: int | None = field(
         default=None, metadata={"help": "SFT warm-start steps (None: the train config's value)."}
     )
@@ -48,6 +114,13 @@ class DemoConfig:
     force: bool = field(default=False, metadata={"help": "Rerun every stage even when its outputs exist."})
 
     def __post_init__(self) -> None:
+        if self.world not in WORLDS:
+            raise ConfigError(f"world must be one of {', '.join(WORLDS)}, got {self.world!r}")
+        defaults = WORLDS[self.world]
+        for name in ("rollout_config", "train_config", "eval_config", "output_dir", "train_questions",
+                     "eval_questions"):  # fmt: skip
+            if getattr(self, name) is None:
+                setattr(self, name, getattr(defaults, name))
         for name in ("rollout_config", "train_config", "eval_config"):
             path = Path(getattr(self, name))
             if not path.is_file():
@@ -60,8 +133,8 @@ class DemoConfig:
                 f"{self.eval_questions}"
             )
         if self.quick:
-            self.train_questions = min(self.train_questions, 24)
-            self.eval_questions = min(self.eval_questions, 6)
+            self.train_questions = min(self.train_questions, 24 if self.world == "simulated" else 12)
+            self.eval_questions = min(self.eval_questions, 6 if self.world == "simulated" else 4)
             self.warm_start_steps = 2 if self.warm_start_steps is None else self.warm_start_steps
             self.grpo_steps = 2 if self.grpo_steps is None else self.grpo_steps
 
@@ -93,13 +166,19 @@ def plan(config: DemoConfig) -> tuple[list[Stage], dict[str, Path]]:
         "eval": out / "eval",
         "export": out / "export",
     }
+    world = WORLDS[config.world]
     train_argv = [
         "--config", config.train_config,
         "--output_dir", str(paths["moderator"]),
         "--dataset_path", str(paths["dataset"]),
-        "--model_name_or_path", str(paths["tiny_model"]),
         "--report_to", "none",
     ]  # fmt: skip
+    if world.tiny_model:
+        train_argv += ["--model_name_or_path", str(paths["tiny_model"])]
+    eval_argv = ["--config", config.eval_config, "--moderator", str(paths["moderator"]),
+                 "--output_dir", str(paths["eval"]), "--limit", str(config.eval_questions)]  # fmt: skip
+    if world.methods:
+        eval_argv += ["--methods", *world.methods]
     if config.grpo_steps is not None:
         train_argv += ["--max_steps", str(config.grpo_steps), "--save_steps", str(max(config.grpo_steps, 1))]
     if config.warm_start_steps is not None:
@@ -124,8 +203,7 @@ def plan(config: DemoConfig) -> tuple[list[Stage], dict[str, Path]]:
         Stage(
             "eval",
             eval_main,
-            ["--config", config.eval_config, "--moderator", str(paths["moderator"]),
-             "--output_dir", str(paths["eval"]), "--limit", str(config.eval_questions)],
+            eval_argv,
             paths["eval"] / "results.json",
         ),
         Stage(
@@ -162,18 +240,20 @@ def run_demo(config: DemoConfig) -> Path:
             raise RuntimeError(f"demo stage {stage.name!r} failed with exit code {code}")
         if not stage.done_marker.exists():
             raise RuntimeError(f"demo stage {stage.name!r} finished but {stage.done_marker} is missing")
-    report = write_report(out, paths, timings, quick=config.quick)
+    report = write_report(out, paths, timings, quick=config.quick, world=config.world)
     return report
 
 
-def write_report(out: Path, paths: dict[str, Path], timings: dict[str, float], *, quick: bool) -> Path:
+def write_report(
+    out: Path, paths: dict[str, Path], timings: dict[str, float], *, quick: bool, world: str = "real"
+) -> Path:
     """``report.md``: the evaluation table, the plots, training numbers and where every artefact is."""
     rollout_summary = json.loads((paths["traces"].parent / "summary.json").read_text())
     train_summary = json.loads((paths["moderator"] / "train_summary.json").read_text())
     results = json.loads((paths["eval"] / "results.json").read_text())
     table = (paths["eval"] / "table.md").read_text().strip()
     simulated = bool(results.get("simulated", rollout_summary.get("simulated", False)))
-    label = "SIMULATED" if simulated else "real"
+    label = "SIMULATED" if simulated else f"real ({world} world)"
     lines = [
         f"# metamod demo report ({label} debates)",
         "",
@@ -182,7 +262,11 @@ def write_report(out: Path, paths: dict[str, Path], timings: dict[str, float], *
         "Debaters are simulated (a seeded stochastic model of debate dynamics, see docs/rollout.md); the moderator"
         " is the tiny offline model trained with a warm start + GRPO + LoRA."
         if simulated
-        else "",
+        else "Real debates: the embedded SmolLM2-135M-Instruct plays both debaters, the judge, the prompted moderator"
+        " (Meta-Moderator*) and the single agents; the Meta-Moderator is SmolLM2 + LoRA trained on these debates"
+        " with an SFT warm start on protocol targets + GRPO (format + control rewards), on direct arithmetic"
+        " questions (arith level 0; evaluation on the held-out test stream). A 135M model is weak: read the"
+        " intervals.",
         "",
         "## Evaluation",
         "",
@@ -229,7 +313,7 @@ def _reward(entry: dict | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``metamod demo [--quick] [--output_dir checkpoints/demo]``."""
+    """``metamod demo [--world real|simulated] [--quick] [--output_dir DIR]``."""
     (config,) = parse_config([DemoConfig], argv, prog="metamod demo")
     started = time.perf_counter()
     report = run_demo(config)

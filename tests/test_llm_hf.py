@@ -160,3 +160,15 @@ def test_growing_cache_equals_dynamic_cache(tiny_dir):
     assert type(growing_cache(model)).__name__ == "GrowingCache"
     for x, y in zip(*logits, strict=True):
         torch.testing.assert_close(x, y)
+
+
+def test_shared_prefix_prefill_matches_generate(tiny_dir):
+    system = {"role": "system", "content": "You are a careful assistant. " * 6}
+    convs = [[system, *c[-1:]] for c in CONVS]
+    greedy = SamplingConfig(temperature=0, max_tokens=10)
+    pruned = HFGenerator(str(tiny_dir), device="cpu", batch_size=3, decode="pruned")
+    reference = HFGenerator(str(tiny_dir), device="cpu", batch_size=3, decode="generate")
+    from metamod.llm.hf_decode import shared_prefix_length
+
+    assert shared_prefix_length([pruned._prompt_ids(c) for c in convs]) >= 16
+    assert [g.text for g in pruned.chat(convs, greedy)] == [g.text for g in reference.chat(convs, greedy)]

@@ -132,7 +132,13 @@ def debater_spec(config: EvalConfig, seed: int) -> DebaterSpec:
     >>> spec.seed, [spec.sampling(a).seed for a in range(2)]
     (3, [3, 4])
     """
-    return DebaterSpec(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, seed=seed)
+    return DebaterSpec(
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_tokens=config.max_tokens,
+        seed=seed,
+        stop=list(config.stop) if config.stop else None,
+    )
 
 
 def debater_sampling(config: EvalConfig, seed: int) -> SamplingConfig:

@@ -95,6 +95,10 @@ class EvalConfig:
     temperature: float = field(default=0.7, metadata={"help": "Debater (and single-agent) sampling temperature."})
     top_p: float = field(default=1.0, metadata={"help": "Debater (and single-agent) nucleus sampling mass."})
     max_tokens: int = field(default=512, metadata={"help": "Debater (and single-agent) max new tokens."})
+    stop: list[str] | None = field(
+        default=None,
+        metadata={"help": "Debater (and single-agent) stop strings, not included (e.g. ['\\nQuestion:'])."},
+    )
     simulation: dict = field(
         default_factory=dict,
         metadata={"help": "SimulationConfig fields for simulated debaters (sim_seed is set from each seed)."},

@@ -5,6 +5,9 @@ re-tokenises every row at every step. For debates (32 rows of which most answer 
 ``max_tokens``) that wastes most of the compute on a CPU. :func:`decode_rows` runs the same computation (prefill
 with left padding, then one token per step with the KV cache) but removes a row from the batch, and from the
 cache, as soon as it emits an end-of-sequence token or a stop string; so each step costs only the live rows.
+A prefix that every row shares (system prompt, instructions, few-shot examples) is prefilled once and its KV
+copied to every row; the rows' own suffixes are then padded between prefix and suffix (masked, with positions
+that skip the padding), so the computation is the same as for separately padded rows.
 
 Sampling: greedy at ``temperature == 0``; otherwise temperature, then top-k (0 = off), then top-p over the
 softmax, drawn from a ``torch.Generator`` seeded per call (the global RNG is untouched). Results are token id
@@ -115,6 +118,12 @@ def growing_cache(model: Any) -> Any:
                 self.keys = self._buffers[0][..., : self._length, :]
                 self.values = self._buffers[1][..., : self._length, :]
 
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self.is_initialized and self._buffers is not None:
+                self._buffers = [b.repeat_interleave(repeats, dim=0) for b in self._buffers]
+                self.keys = self._buffers[0][..., : self._length, :]
+                self.values = self._buffers[1][..., : self._length, :]
+
         def reorder_cache(self, beam_idx) -> None:
             self.batch_select_indices(beam_idx)
 
@@ -136,6 +145,32 @@ def _forward(model: Any, **kwargs: Any) -> Any:
         return model(**kwargs, logits_to_keep=1)
     except TypeError:  # models without logits_to_keep compute every position's logits
         return model(**kwargs)
+
+
+#: a shared prefix shorter than this is not worth a separate forward pass
+MIN_SHARED_PREFIX = 16
+
+
+def shared_prefix_length(rows: Sequence[Sequence[int]], minimum: int = MIN_SHARED_PREFIX) -> int:
+    """Tokens every row starts with (each row keeps at least one token of its own); 0 below ``minimum`` or for one row.
+
+    >>> shared_prefix_length([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 9]], minimum=2)
+    2
+    >>> shared_prefix_length([[1, 2, 3], [1, 2, 3]], minimum=2), shared_prefix_length([[1, 2, 3]], minimum=1)
+    (2, 0)
+    """
+    if len(rows) < 2:
+        return 0
+    first = rows[0]
+    length = min(len(r) for r in rows) - 1
+    for row in rows[1:]:
+        i = 0
+        while i < length and row[i] == first[i]:
+            i += 1
+        length = i
+        if length < minimum:
+            return 0
+    return length if length >= minimum else 0
 
 
 def decode_rows(
@@ -171,12 +206,15 @@ def decode_rows(
     import torch
 
     device = next(model.parameters()).device
-    width = max(len(r) for r in rows)
+    shared = shared_prefix_length(rows)
+    width = max(len(r) for r in rows) - shared
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    attention = torch.zeros((len(rows), shared + width), dtype=torch.long)
+    attention[:, :shared] = 1
     for i, row in enumerate(rows):
-        input_ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-        attention[i, width - len(row) :] = 1
+        suffix = row[shared:]
+        input_ids[i, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+        attention[i, shared + width - len(suffix) :] = 1
     input_ids, attention = input_ids.to(device), attention.to(device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     generator = None
@@ -186,9 +224,13 @@ def decode_rows(
     out = [[] for _ in rows]
     live = list(range(len(rows)))
     with torch.inference_mode():
+        if shared:  # the prefix every row shares is computed once, then its KV is copied to every row
+            prefix = torch.tensor([rows[0][:shared]], dtype=torch.long, device=device)
+            _forward(model, input_ids=prefix, position_ids=positions[:1, :shared], past_key_values=cache, use_cache=True)
+            cache.batch_repeat_interleave(len(rows))
         logits = _forward(
-            model, input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
-            use_cache=True,
+            model, input_ids=input_ids, attention_mask=attention, position_ids=positions[:, shared:],
+            past_key_values=cache, use_cache=True,
         ).logits[:, -1, :]  # fmt: skip
         next_position = positions[:, -1] + 1
         for step in range(max_new_tokens):

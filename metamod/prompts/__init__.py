@@ -35,6 +35,8 @@ _TEMPLATES_FILE = Path(__file__).with_name("templates.yaml")
 
 #: environment variable holding the absolute path of the active prompts file (unset: shipped templates only)
 PROMPTS_ENV = "METAMOD_PROMPTS"
+#: set by the dispatcher while a prompts file from --prompts / $METAMOD_PROMPTS is in effect (config keys yield)
+PROMPTS_FROM_CLI_ENV = "METAMOD_PROMPTS_FROM_CLI"
 
 
 @cache

@@ -77,6 +77,13 @@ class DebaterSpec:
     confidence: bool = field(
         default=False, metadata={"help": "Ask debaters for a confidence estimate (the confidence_instruction prompt)."}
     )
+    stop: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Strings that end a response, not included (e.g. ['\\nQuestion:'] stops a few-shot prompted "
+            "model from writing the next example). None: only the end-of-turn token."
+        },
+    )
 
     def __post_init__(self) -> None:
         self.sampling()  # SamplingConfig checks the ranges and says which value is wrong
@@ -92,6 +99,7 @@ class DebaterSpec:
             top_p=self.top_p,
             max_tokens=self.max_tokens,
             seed=agent_seed(self.seed, agent),
+            stop=list(self.stop) if self.stop else None,
         )
 
 

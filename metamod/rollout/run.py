@@ -96,6 +96,10 @@ class RolloutConfig:
     confidence: bool = field(
         default=False, metadata={"help": "Ask debaters for a confidence estimate (the confidence_instruction prompt)."}
     )
+    stop: list[str] | None = field(
+        default=None,
+        metadata={"help": "LLM debaters: strings that end a response (not included), e.g. ['\\nQuestion:']."},
+    )
     tasks: str | None = field(
         default=None,
         metadata={
@@ -158,6 +162,7 @@ class RolloutConfig:
             max_tokens=self.max_tokens,
             seed=self.seed,
             confidence=self.confidence,
+            stop=list(self.stop) if self.stop else None,
         )
 
     def is_simulated(self) -> bool:

@@ -21,7 +21,11 @@ from metamod.tasks.base import Example
 
 logger = logging.getLogger(__name__)
 
+#: the story-problem levels (the default mix)
 LEVELS = (1, 2, 3, 4, 5)
+#: level 0: one-step direct arithmetic ("What is 6 * 7?"), the level a 135M model can partly solve
+DIRECT_LEVEL = 0
+VALID_LEVELS = (DIRECT_LEVEL, *LEVELS)
 SPLITS = ("train", "test")
 
 
@@ -319,19 +323,60 @@ def split_of(question: str) -> str:
     return SPLITS[hashlib.sha256(question.encode("utf-8")).digest()[0] % 2]
 
 
+# Level 0 phrasings, per operation: {a} and {b} are the operands.
+DIRECT_PHRASINGS: dict[str, tuple[str, ...]] = {
+    "*": (
+        "What is {a} * {b}?",
+        "What is {a} times {b}?",
+        "Compute {a} * {b}.",
+        "How much is {a} multiplied by {b}?",
+        "What do you get when you multiply {a} by {b}?",
+    ),
+    "+": (
+        "What is {a} + {b}?",
+        "What is {a} plus {b}?",
+        "Compute {a} + {b}.",
+        "How much is {a} added to {b}?",
+        "What is the sum of {a} and {b}?",
+    ),
+}
+
+
+def _draw_direct(rng: random.Random) -> tuple[int, list[Step], str]:
+    """A one-step question: a product of two single digits (2/3 of them) or a two-digit plus a one-digit number.
+
+    Subtraction is left out: SmolLM2-135M-Instruct got 0-6% of "a - b" questions right (benchmarks/README.md).
+    """
+    op = rng.choice(("*", "*", "+"))
+    if op == "*":
+        a, b = rng.randint(2, 9), rng.randint(2, 9)
+    else:
+        a, b = rng.randint(11, 39), rng.randint(2, 9)
+    question = rng.choice(DIRECT_PHRASINGS[op]).format(a=a, b=b)
+    return a, [Step(op, b)], question
+
+
 def generate_problem(rng: random.Random, level: int) -> tuple[str, int, dict]:
     """Draw one problem at ``level``: ``(question, gold, meta)``."""
+    if level == DIRECT_LEVEL:
+        start, steps, question = _draw_direct(rng)
+        gold, lines = solve(start, steps)
+        return question, gold, _meta(level, start, steps, gold, lines, rng)
     start, steps = _draw_steps(rng, LEVEL_SPECS[level])
     gold, lines = solve(start, steps)
+    meta = _meta(level, start, steps, gold, lines, rng)
+    return _render(rng, start, steps), gold, meta
+
+
+def _meta(level: int, start: int, steps: Sequence[Step], gold: int, lines: list[str], rng: random.Random) -> dict:
     distractors = make_distractors(start, steps, gold, rng)
-    meta = {
+    return {
         "level": level,
         "steps": lines,
         "distractors": [str(value) for _, value, _ in distractors],
         "distractor_kinds": [kind for kind, _, _ in distractors],
         "distractor_steps": [wrong_lines for _, _, wrong_lines in distractors],
     }
-    return _render(rng, start, steps), gold, meta
 
 
 class ArithTask:
@@ -350,6 +395,9 @@ class ArithTask:
     >>> ex = next(ArithTask(seed=7, levels=[2]).examples())
     >>> ex.kind, ex.meta["level"], ex.meta["steps"][-1].endswith("= " + ex.gold), len(set(ex.meta["distractors"]))
     ('math', 2, True, 3)
+    >>> direct = next(ArithTask(seed=3, levels=[0]).examples())
+    >>> len(direct.question) < 60, direct.meta["level"], len(direct.meta["steps"]), len(direct.meta["distractors"])
+    (True, 0, 1, 3)
     """
 
     name = "arith"
@@ -366,9 +414,12 @@ class ArithTask:
         if not isinstance(num_examples, int) or num_examples < 1:
             raise ValueError(f"arith: num_examples must be a positive integer, got {num_examples!r}")
         levels = tuple(LEVELS if levels is None else (int(level) for level in levels))
-        bad = [level for level in levels if level not in LEVELS]
+        bad = [level for level in levels if level not in VALID_LEVELS]
         if bad or not levels:
-            raise ValueError(f"arith: levels must be a non-empty subset of {list(LEVELS)}, got {list(levels)}")
+            raise ValueError(
+                f"arith: levels must be a non-empty subset of {list(VALID_LEVELS)} (0: direct one-step questions), "
+                f"got {list(levels)}"
+            )
         if split not in SPLITS:
             raise ValueError(f"arith: split must be one of {SPLITS}, got {split!r}")
         if limit is not None and limit < 1:

@@ -225,6 +225,14 @@ def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
     return data
 
 
+def embedded_model_of(base: str):
+    """The :class:`~metamod.llm.embedded.EmbeddedModel` a base folder or alias is, else ``None``."""
+    from metamod.llm.embedded import EMBEDDED_MODELS, embedded_name_of
+
+    name = embedded_name_of(base)
+    return EMBEDDED_MODELS.get(name) if name else None
+
+
 def resolve_base_model(adapter_config: dict[str, Any], base_model: str | None = None) -> tuple[str, bool]:
     """The base model to use and whether it is a local folder.
 
@@ -250,6 +258,10 @@ def resolve_base_model(adapter_config: dict[str, Any], base_model: str | None = 
     if not name:
         raise ValueError("adapter_config.json has no base_model_name_or_path; pass --base_model <id or path>")
     name = str(name)
+    from metamod.llm.embedded import is_embedded, resolve_model_ref
+
+    if is_embedded(name):  # an embedded model: its prepared local folder
+        return resolve_model_ref(name), True
     if Path(name).expanduser().exists():
         return name, True
     if name.startswith(("/", "./", "../", "~", ".")) or "\\" in name or not _REPO_ID.match(name):
@@ -438,6 +450,13 @@ def export_adapter(
     adapter_dir = resolve_adapter_dir(adapter_dir, checkpoint)
     adapter_config = read_adapter_config(adapter_dir)
     base, base_is_local = resolve_base_model(adapter_config, base_model)
+    card_base, card_base_is_local = base, base_is_local
+    embedded = embedded_model_of(base)
+    if embedded is not None and base_model is None:
+        # The embedded model is loaded from this machine's cache; the export names its Hub original, whose
+        # weights the shipped Q4_1 GGUF file was quantised from (the adapter was trained on the dequantised copy).
+        card_base, card_base_is_local = embedded.hub_id, False
+        base_model = embedded.hub_id
     results = load_results(results_path) if results_path else None
     train_config, config_path, train_summary, summary_path = find_training_files(adapter_dir)
     dataset_ref = dataset_path or train_config.get("dataset_path") or train_summary.get("dataset")
@@ -448,7 +467,7 @@ def export_adapter(
         stats = dataset_statistics(str(dataset_ref))
     elif isinstance(train_summary.get("dataset"), dict):
         stats = train_summary["dataset"]
-    if base_is_local and repo_id:
+    if card_base_is_local and repo_id:
         logger.warning(
             "The base model %s is a local folder: people loading %s from the Hub cannot reach it. Pass "
             "--base_model <hub id> when the base is on the Hub.", base, repo_id
@@ -458,7 +477,7 @@ def export_adapter(
 
     # ---- write
     if not merge_only:
-        _copy_adapter(adapter_dir, output_dir, base, override_base=base_model is not None)
+        _copy_adapter(adapter_dir, output_dir, card_base, override_base=base_model is not None)
         _write_tokenizer(adapter_dir, base, output_dir)
     for path in (config_path, summary_path):
         if path is not None:
@@ -470,7 +489,7 @@ def export_adapter(
         merge_adapter(adapter_dir, base, output_dir if merge_only else output_dir / "merged", dtype=merge_dtype)
         merged_dir = "." if merge_only else "merged"
     card = build_model_card(
-        base_model=base,
+        base_model=card_base,
         adapter_config=adapter_config,
         train_config=train_config,
         train_summary=train_summary,
@@ -483,7 +502,7 @@ def export_adapter(
         merged_dir=merged_dir,
         merged_only=merge_only,
         license=license,
-        base_is_local=base_is_local,
+        base_is_local=card_base_is_local,
     )
     card.save(output_dir / "README.md")
     logger.info("Exported %s -> %s", adapter_dir, output_dir)

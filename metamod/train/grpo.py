@@ -234,7 +234,9 @@ def prepare_model_path(
     model_args: ModeratorModelConfig, tiny_args: TinyModelConfig | None, *, trust_remote_code: bool = False
 ) -> str:
     """Build the tiny model when asked (logged), then check the path and the LoRA targets on a meta-device model."""
-    path = model_args.model_name_or_path
+    from metamod.llm.embedded import resolve_model_ref
+
+    path = resolve_model_ref(model_args.model_name_or_path)  # an embedded alias -> its prepared folder
     if model_args.build_tiny_model:
         from metamod.llm.tiny import ensure_tiny_model
 
@@ -245,6 +247,21 @@ def prepare_model_path(
     else:
         common.module_names(path, trust_remote_code=trust_remote_code)
     return path
+
+
+def record_base_alias(adapter_dir: str | Path, model_name_or_path: str) -> None:
+    """Name an embedded base model by its alias in ``adapter_config.json`` (not by this machine's cache folder).
+
+    Then ``metamod eval --moderator <adapter>`` finds the base on any machine with metamod installed.
+    """
+    from metamod.llm.embedded import embedded_name_of, is_embedded
+
+    config_path = Path(adapter_dir) / "adapter_config.json"
+    if not is_embedded(model_name_or_path) or not config_path.is_file():
+        return
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = embedded_name_of(model_name_or_path)
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def prepare_dataset(args: ModeratorGRPOConfig) -> None:
@@ -360,6 +377,7 @@ def train(
         resume = True
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(output_dir))
+    record_base_alias(output_dir, model_args.model_name_or_path)
     trainer.save_state()  # trainer_state.json (full log history) beside the adapter
     summary = summarize(trainer.state.log_history, reward_names=trainer.reward_func_names)
     summary.update(
