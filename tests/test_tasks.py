@@ -339,3 +339,32 @@ def test_paper_rollout_config_draws_mmlu_from_validation():
     blocks = {t.task: t for t in config.task_configs(task)}
     assert (blocks["mmlu"].task_split, blocks["mmlu"].task_limit) == ("validation", 500)
     assert (blocks["gsm8k"].task_split, blocks["gsm8k"].task_limit) == ("train", 500)
+
+
+def test_arith_direct_level_is_one_step_with_several_phrasings():
+    from metamod.tasks.arith import DIRECT_PHRASINGS, ArithTask
+
+    examples = list(ArithTask(num_examples=60, seed=0, levels=[0]).examples())
+    ops = {ex.meta["steps"][0].split()[1] for ex in examples}
+    assert ops == {"*", "+"}
+    for ex in examples:
+        a, op, b, _, result = ex.meta["steps"][0].split()
+        assert ex.meta["level"] == 0 and len(ex.meta["steps"]) == 1 and result == ex.gold
+        assert str(int(a) * int(b) if op == "*" else int(a) + int(b)) == ex.gold
+        assert a in ex.question and b in ex.question and len(set(ex.meta["distractors"]) - {ex.gold}) == 3
+    phrasings = {
+        p
+        for ex in examples
+        for p in DIRECT_PHRASINGS[ex.meta["steps"][0].split()[1]]
+        if p.format(a=ex.meta["steps"][0].split()[0], b=ex.meta["steps"][0].split()[2]) == ex.question
+    }
+    assert len(phrasings) >= 6
+    test_ids = {ex.question for ex in ArithTask(num_examples=60, seed=0, levels=[0], split="test").examples()}
+    assert not test_ids & {ex.question for ex in examples}  # a question text belongs to one split only
+
+
+def test_arith_levels_are_checked():
+    from metamod.tasks.arith import ArithTask
+
+    with pytest.raises(ValueError, match=r"levels must be a non-empty subset of \[0, 1, 2, 3, 4, 5\]"):
+        ArithTask(levels=[6])
