@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: install test test-all demo bench lint gpu-smoke clean
+.PHONY: install test test-all demo demo-simulated bench lint gpu-smoke clean
 
 # torch==2.13.0 (CPU build) goes in FIRST: peft declares an unpinned torch and would otherwise pull a CUDA build.
 $(VENV)/.installed: pyproject.toml
@@ -29,8 +29,13 @@ test: install
 test-all: install
 	$(PY) -m pytest -q -m "not gpu and not vllm"
 
+# The real CPU world (SmolLM2 debaters, moderator, judge): two torch threads are faster than one on 2 cores.
 demo: install
-	$(VENV)/bin/metamod demo
+	OMP_NUM_THREADS=2 $(VENV)/bin/metamod demo
+
+# The fast simulated world (simulated debaters, tiny random model).
+demo-simulated: install
+	$(VENV)/bin/metamod demo --world simulated
 
 bench: install
 	$(PY) benchmarks/run_all.py
@@ -44,4 +49,4 @@ gpu-smoke: install
 	bash scripts/gpu_smoke.sh
 
 clean:
-	rm -rf runs data/moderator checkpoints/demo checkpoints/tiny exports
+	rm -rf runs data/moderator checkpoints/demo checkpoints/demo-simulated checkpoints/tiny checkpoints/smol_moderator exports

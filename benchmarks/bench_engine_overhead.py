@@ -8,6 +8,13 @@ context check, answer extraction, grading and trace assembly. Target <= 1.05. Ea
 times, alternating, and the best time of each is compared.
 
     .venv/bin/python benchmarks/bench_engine_overhead.py [--questions 128 --rounds 3 --max_tokens 8]
+
+With ``--model smollm2-135m-instruct`` it measures the real CPU world instead: SmolLM2 debaters with the few-shot
+prompts of configs/prompts/smol_arith.yaml on direct arithmetic (arith level 0), stop string ``\nQuestion:``,
+and also prints completion tokens per second of both sides:
+
+    .venv/bin/python benchmarks/bench_engine_overhead.py --model smollm2-135m-instruct --questions 32 \
+        --batch_size 32 --max_tokens 40 --threads 2 --repeats 2
 """
 
 from __future__ import annotations
@@ -46,27 +53,37 @@ def main() -> int:
     parser.add_argument("--max_tokens", type=int, default=8)
     parser.add_argument("--batch_size", type=int, default=64, help="hf backend micro-batch size")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--model", default="tiny", help="tiny (offline random model) or smollm2-135m-instruct")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args()
 
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     from metamod.llm import BackendConfig, SamplingConfig, build_generator
     from metamod.llm.tiny import ensure_tiny_model
     from metamod.rollout.debate import DebateStats, run_debates
     from metamod.rollout.debaters import LLMDebaters
     from metamod.tasks import load_task
 
-    sampling = SamplingConfig(temperature=0.0, max_tokens=args.max_tokens)
+    real = args.model != "tiny"
+    sampling = SamplingConfig(temperature=0.0, max_tokens=args.max_tokens, stop=["\nQuestion:"] if real else None)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = ensure_tiny_model(os.path.join(tmp, "tiny"))
+        if real:
+            from metamod.prompts import use_prompts
+
+            use_prompts("configs/prompts/smol_arith.yaml")
+            model_dir = args.model
+        else:
+            model_dir = ensure_tiny_model(os.path.join(tmp, "tiny"))
         gen = build_generator(
             BackendConfig(backend="hf", model=str(model_dir), device="cpu", batch_size=args.batch_size)
         )
-        examples = list(load_task("arith", num_examples=args.questions, seed=0).examples())
+        levels = [0] if real else None
+        examples = list(load_task("arith", num_examples=args.questions, seed=0, levels=levels).examples())
         gen.chat([[{"role": "user", "content": "warm up"}]], sampling)
 
-        engine_times, raw_times, tokens = [], [], 0
+        engine_times, raw_times, tokens, completion = [], [], 0, 0
         for _ in range(args.repeats):
             recorder = Recording(gen)
             group = LLMDebaters(recorder, sampling, backend="hf")
@@ -84,6 +101,7 @@ def main() -> int:
                 pass
             engine_times.append(time.perf_counter() - start)
             tokens = stats.prompt_tokens + stats.completion_tokens
+            completion = stats.completion_tokens
 
             start = time.perf_counter()
             for batch in recorder.batches:
@@ -93,7 +111,7 @@ def main() -> int:
     engine, raw = min(engine_times), min(raw_times)
     calls = len(recorder.batches)
     print(
-        f"tiny model, hf backend, {args.questions} questions x N=2 x {args.rounds} rounds, "
+        f"{args.model} model, hf backend, {args.threads} thread(s), {args.questions} questions x N=2 x {args.rounds} rounds, "
         f"max_tokens={args.max_tokens}, {calls} batched calls of {len(recorder.batches[0])} conversations"
     )
     print(f"{'':<28}{'best s':>8}   runs")
@@ -103,6 +121,10 @@ def main() -> int:
     print(
         f"overhead ratio engine/raw: best {engine / raw:.3f}, mean {mean_ratio:.3f} (target <= 1.05); "
         f"{tokens} tokens per debate run"
+    )
+    print(
+        f"completion tokens/s: engine {completion / engine:.1f}, raw {completion / raw:.1f} "
+        f"({completion} completion tokens per run)"
     )
     return 0
 
