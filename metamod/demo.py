@@ -41,6 +41,9 @@ class World:
     methods: tuple[str, ...] | None = None
     #: build the offline tiny model for training (the simulated world)
     tiny_model: bool = False
+    #: SFT warm-start and GRPO steps (None: the train config's)
+    warm_start_steps: int | None = None
+    grpo_steps: int | None = None
 
 
 WORLDS: dict[str, World] = {
@@ -52,6 +55,10 @@ WORLDS: dict[str, World] = {
         train_questions=32,
         eval_questions=32,
         output_dir="checkpoints/demo",
+        # ~7 s per SFT step (4 rows) and ~20 s per GRPO step (8 completions) on 2 cores: the demo's share of the
+        # 15 minutes; configs/train/smol_moderator.yaml (24 + 12) is what benchmarks/README.md measures
+        warm_start_steps=16,
+        grpo_steps=6,
         # the rows the demo has time for; the benchmark run evaluates every method (benchmarks/README.md)
         methods=(
             "single_cot",
@@ -104,9 +111,11 @@ class DemoConfig:
         default=None, metadata={"help": "Held-out evaluation questions (None: the world's: real 32, simulated 200)."}
     )
     warm_start_steps: int | None = field(
-        default=None, metadata={"help": "SFT warm-start steps (None: the train config's value)."}
+        default=None, metadata={"help": "SFT warm-start steps (None: the world's: real 16, simulated the config's)."}
     )
-    grpo_steps: int | None = field(default=None, metadata={"help": "GRPO steps (None: the train config's value)."})
+    grpo_steps: int | None = field(
+        default=None, metadata={"help": "GRPO steps (None: the world's: real 6, simulated the train config's)."}
+    )
     quick: bool = field(
         default=False,
         metadata={"help": "A reduced-size run for tests and smoke checks (few questions and steps; not meaningful)."},
@@ -118,7 +127,7 @@ class DemoConfig:
             raise ConfigError(f"world must be one of {', '.join(WORLDS)}, got {self.world!r}")
         defaults = WORLDS[self.world]
         for name in ("rollout_config", "train_config", "eval_config", "output_dir", "train_questions",
-                     "eval_questions"):  # fmt: skip
+                     "eval_questions", "warm_start_steps", "grpo_steps"):  # fmt: skip
             if getattr(self, name) is None:
                 setattr(self, name, getattr(defaults, name))
         for name in ("rollout_config", "train_config", "eval_config"):
@@ -135,8 +144,8 @@ class DemoConfig:
         if self.quick:
             self.train_questions = min(self.train_questions, 24 if self.world == "simulated" else 12)
             self.eval_questions = min(self.eval_questions, 6 if self.world == "simulated" else 4)
-            self.warm_start_steps = 2 if self.warm_start_steps is None else self.warm_start_steps
-            self.grpo_steps = 2 if self.grpo_steps is None else self.grpo_steps
+            self.warm_start_steps = 2 if self.warm_start_steps is None else min(self.warm_start_steps, 2)
+            self.grpo_steps = 2 if self.grpo_steps is None else min(self.grpo_steps, 2)
 
 
 @dataclass
