@@ -339,12 +339,17 @@ class HFGenerator:
                 kwargs = self._generation_kwargs(sampling, max_new)
                 out = self.model.generate(**batch, **kwargs)
         new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()
-        per_prompt = kwargs["generation_config"].num_return_sequences
+        return self._group(prompts, new_tokens, kwargs["generation_config"].num_return_sequences, sampling, eos_ids)
+
+    def _group(
+        self, prompts: list[list[int]], rows: list[list[int]], per_prompt: int, sampling: SamplingConfig, eos_ids
+    ) -> list[list[Generation]]:
+        """Generated rows (``per_prompt`` per prompt, prompt-major) -> ``sampling.n`` Generations per prompt."""
         grouped: list[list[Generation]] = []
         for i, prompt in enumerate(prompts):
             gens = []
             for j in range(sampling.n):
-                row = new_tokens[i * per_prompt + (j if per_prompt > 1 else 0)]
+                row = rows[i * per_prompt + (j if per_prompt > 1 else 0)]
                 text, n_tokens, reason = self._finish(row, sampling.stop, eos_ids)
                 gens.append(Generation(text, len(prompt), n_tokens, reason))
             grouped.append(gens)
@@ -397,12 +402,4 @@ class HFGenerator:
             seed=None if seed is None else int(seed) * 100_003 + chunk_index,
             stopped=self._stop_check(sampling.stop),
         )
-        grouped: list[list[Generation]] = []
-        for i, prompt in enumerate(prompts):
-            gens = []
-            for j in range(sampling.n):
-                row = generated[i * per_prompt + (j if per_prompt > 1 else 0)]
-                text, n_tokens, reason = self._finish(row, sampling.stop, eos_ids)
-                gens.append(Generation(text, len(prompt), n_tokens, reason))
-            grouped.append(gens)
-        return grouped
+        return self._group(prompts, generated, per_prompt, sampling, eos_ids)

@@ -226,7 +226,9 @@ def decode_rows(
     with torch.inference_mode():
         if shared:  # the prefix every row shares is computed once, then its KV is copied to every row
             prefix = torch.tensor([rows[0][:shared]], dtype=torch.long, device=device)
-            _forward(model, input_ids=prefix, position_ids=positions[:1, :shared], past_key_values=cache, use_cache=True)
+            _forward(
+                model, input_ids=prefix, position_ids=positions[:1, :shared], past_key_values=cache, use_cache=True
+            )
             cache.batch_repeat_interleave(len(rows))
         logits = _forward(
             model, input_ids=input_ids, attention_mask=attention, position_ids=positions[:, shared:],
