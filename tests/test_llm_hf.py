@@ -172,3 +172,25 @@ def test_shared_prefix_prefill_matches_generate(tiny_dir):
 
     assert shared_prefix_length([pruned._prompt_ids(c) for c in convs]) >= 16
     assert [g.text for g in pruned.chat(convs, greedy)] == [g.text for g in reference.chat(convs, greedy)]
+
+
+def test_cpu_attention_equals_transformers_sdpa_with_padding(tiny_dir):
+    """The KV-copy-free grouped-query attention gives transformers' sdpa logits on padded batches."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from metamod.llm.cpu_attention import ATTENTION_NAME, use_gqa_attention
+
+    stock = AutoModelForCausalLM.from_pretrained(str(tiny_dir)).eval()
+    fast = AutoModelForCausalLM.from_pretrained(str(tiny_dir)).eval()
+    assert stock.config._attn_implementation == "sdpa" and stock.config.num_key_value_heads < 4  # tiny model: GQA
+    assert use_gqa_attention(fast) and fast.config._attn_implementation == ATTENTION_NAME
+    ids = torch.randint(5, 200, (3, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[0, :5], mask[2, :2] = 0, 0  # left padding: the masked path, where transformers copies the KV heads
+    with torch.inference_mode():
+        a = stock(input_ids=ids, attention_mask=mask).logits
+        b = fast(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(a[mask.bool()], b[mask.bool()])
+    assert HFGenerator(str(tiny_dir), device="cpu").model.config._attn_implementation == ATTENTION_NAME
+

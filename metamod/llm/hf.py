@@ -156,6 +156,10 @@ class HFGenerator:
         logger.info("Loading %s (%s, %s)%s", model, device, torch_dtype, f" + adapter {adapter}" if adapter else "")
         tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
         lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype, trust_remote_code=trust_remote_code)
+        if device == "cpu":
+            from metamod.llm.cpu_attention import use_gqa_attention
+
+            use_gqa_attention(lm)  # grouped-query attention without copying the KV cache (same outputs)
         if adapter:
             from peft import PeftModel
 

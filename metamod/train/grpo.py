@@ -99,6 +99,13 @@ class ModeratorGRPOConfig(GRPOConfig):
     warm_start_learning_rate: float = field(default=5e-3, metadata={"help": "Learning rate of the warm start."})
     warm_start_batch_size: int = field(default=16, metadata={"help": "Per-device batch size of the warm start."})
     warm_start_max_examples: int | None = field(default=2000, metadata={"help": "Cap on warm-start rows."})
+    warm_start_targets: str = field(
+        default="consensus",
+        metadata={
+            "help": "Warm-start targets: consensus (STOP on unanimous debaters, no labels) or reward (the output the "
+            "format + control rewards score highest, read from the eta and gold training labels)."
+        },
+    )
     sample_log_steps: int = field(
         default=10, metadata={"help": "Every this many steps, log a few completions to samples.jsonl (0: never)."}
     )
@@ -123,6 +130,8 @@ class ModeratorGRPOConfig(GRPOConfig):
                 logger.info("No CUDA device: training on CPU in fp32 without gradient checkpointing")
                 self.use_cpu, self.bf16, self.fp16, self.gradient_checkpointing = True, False, False, False
         self._check_batch()
+        if self.warm_start_targets not in ("consensus", "reward"):
+            raise ValueError(f"warm_start_targets must be consensus or reward, got {self.warm_start_targets!r}")
         for name in ("warm_start_steps", "warm_start_batch_size", "sample_log_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -392,6 +401,7 @@ def train(
         wall_time_s=round(time.time() - started, 2),
         resumed=bool(resume),
         warm_start=args.warm_start,
+        warm_start_targets=args.warm_start_targets if args.warm_start else None,
     )
     if trainer.accelerator.is_main_process:
         (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
@@ -425,6 +435,7 @@ def _warm_started_model(args, model_args, model_path, peft_config, train_ds, tok
             bf16=bool(args.bf16),
             model_init_kwargs=model_init_kwargs or None,
             tokenizer=tokenizer,
+            targets=args.warm_start_targets,
         )
     kwargs = dict(model_init_kwargs)
     dtype = kwargs.pop("dtype", "float32")

@@ -14,6 +14,13 @@ Heuristic targets (:func:`heuristic_target`), from the ``answers`` column of the
 The heuristic never sees gold or ``eta``: it only fixes the format and a consensus prior, and GRPO then learns
 the rest from the rewards.
 
+``warm_start_targets: reward`` uses the training labels instead (:func:`reward_target`): the output the paper's
+rewards score highest on that row, i.e. ``STOP`` with a debater's answer that the shared grader marks correct when
+``eta`` is 1 (the first such agent), ``CONTINUE`` when ``eta`` is 0, and on the forced-answer round a correct
+debater answer when there is one, else the majority. It reads ``gold`` exactly as the control reward reads ``eta``
+(training data only; the moderator never sees either in its prompt), so it starts GRPO near the policy the rewards
+define instead of near the consensus heuristic, which on real debaters that disagree mostly says ``CONTINUE``.
+
 >>> heuristic_target(["12", "12.0"], "math", is_final_round=False)
 'STOP <answer>12</answer>'
 >>> heuristic_target(["12", "13"], "math", is_final_round=False)
@@ -22,6 +29,12 @@ the rest from the rewards.
 'STOP <answer>13</answer>'
 >>> heuristic_target([None, None], "math", is_final_round=True) is None
 True
+>>> reward_target(["12", "13"], "math", gold="13", eta=1, is_final_round=False)
+'STOP <answer>13</answer>'
+>>> reward_target(["12", "14"], "math", gold="13", eta=0, is_final_round=False)
+'CONTINUE'
+>>> reward_target(["12", "12", "14"], "math", gold="13", eta=0, is_final_round=True)
+'STOP <answer>12</answer>'
 """
 
 from __future__ import annotations
@@ -65,40 +78,103 @@ def heuristic_target(answers: Sequence[str | None], kind: str, *, is_final_round
     return f"STOP <answer>{str(winner).strip()}</answer>"
 
 
-def build_warm_start_dataset(dataset, *, max_examples: int | None = None, seed: int = 0):
+#: how warm-start targets are made: name -> what it reads (``metamod train --warm_start_targets``)
+TARGETS = {
+    "consensus": "the debaters' answers only (STOP on unanimous agreement, the majority at T_max)",
+    "reward": "the training labels (eta, gold): the output the format + control rewards score highest",
+}
+
+
+def reward_target(
+    answers: Sequence[str | None],
+    kind: str,
+    *,
+    gold: str,
+    eta: int,
+    is_final_round: bool,
+    choices: Sequence[str] | None = None,
+) -> str | None:
+    """The reward-maximising moderator output for one round (see the module docstring); ``None``: no target.
+
+    Args:
+        answers: each debater's extracted answer (``None`` when unparsable), in agent order.
+        kind: the answer kind, for grading.
+        gold: the row's gold answer.
+        eta: the row's oracle-availability label (1: some debater's answer is correct).
+        is_final_round: whether this is the forced-answer round.
+        choices: the options of a multiple-choice item.
+
+    Returns:
+        ``"CONTINUE"``, ``"STOP <answer>...</answer>"``, or ``None`` (a forced round where no answer parses).
+    """
+    from metamod.tasks.grading import is_equivalent
+
+    correct = next(
+        (a for a in answers if a is not None and is_equivalent(a, gold, kind, choices=choices)), None
+    )  # fmt: skip
+    if not is_final_round:
+        if int(eta) == 1 and correct is not None:
+            return f"STOP <answer>{str(correct).strip()}</answer>"
+        return "CONTINUE" if int(eta) == 0 else None  # eta 1 but no graded-correct answer: labels disagree, skip
+    if correct is not None:
+        return f"STOP <answer>{str(correct).strip()}</answer>"
+    return heuristic_target(answers, kind, is_final_round=True)
+
+
+def build_warm_start_dataset(
+    dataset, *, max_examples: int | None = None, seed: int = 0, targets: str = "consensus"
+):
     """Turn moderator-dataset rows into prompt-completion rows with heuristic targets.
 
     Args:
         dataset: a ``datasets.Dataset`` with ``prompt``, ``answers``, ``kind`` and (optionally) ``is_final_round``.
         max_examples: keep at most this many rows (after shuffling with ``seed``).
         seed: shuffle seed.
+        targets: ``consensus`` (:func:`heuristic_target`) or ``reward`` (:func:`reward_target`, which also needs the
+            ``gold`` and ``eta`` columns).
 
     Returns:
         A ``datasets.Dataset`` with columns ``prompt`` and ``completion`` (conversational).
     """
     from datasets import Dataset
 
-    missing = sorted({"prompt", "answers", "kind"} - set(dataset.column_names))
+    if targets not in TARGETS:
+        raise ValueError(f"warm_start_targets must be one of {sorted(TARGETS)}, got {targets!r}")
+    needed = {"prompt", "answers", "kind"} | ({"gold", "eta"} if targets == "reward" else set())
+    missing = sorted(needed - set(dataset.column_names))
     if missing:
         raise ValueError(
-            f"warm start needs dataset columns {missing} (the moderator dataset from `metamod build-dataset` has "
-            f"them); got columns {dataset.column_names}. Set warm_start=false or rebuild the dataset."
+            f"warm start ({targets} targets) needs dataset columns {missing} (the moderator dataset from "
+            f"`metamod build-dataset` has them); got columns {dataset.column_names}. Set warm_start=false or "
+            "rebuild the dataset."
         )
-    finals = dataset["is_final_round"] if "is_final_round" in dataset.column_names else [False] * len(dataset)
+    n = len(dataset)
+    columns = dataset.column_names
+    finals = dataset["is_final_round"] if "is_final_round" in columns else [False] * n
+    golds = dataset["gold"] if "gold" in columns else [None] * n
+    etas = dataset["eta"] if "eta" in columns else [None] * n
+    choices = dataset["choices"] if "choices" in columns else [None] * n
     rows: list[dict[str, Any]] = []
-    for prompt, answers, kind, final in zip(
-        dataset["prompt"], dataset["answers"], dataset["kind"], finals, strict=True
+    for prompt, answers, kind, final, gold, eta, options in zip(
+        dataset["prompt"], dataset["answers"], dataset["kind"], finals, golds, etas, choices, strict=True
     ):
-        target = heuristic_target(list(answers), kind, is_final_round=bool(final))
+        if targets == "reward":
+            target = reward_target(
+                list(answers), kind, gold=gold, eta=eta, is_final_round=bool(final), choices=options or None
+            )
+        else:
+            target = heuristic_target(list(answers), kind, is_final_round=bool(final))
         if target is not None:
             rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": target}]})
     if not rows:
-        raise ValueError("warm start: no row has a heuristic target (no debater answer could be parsed)")
+        raise ValueError(f"warm start: no row has a {targets} target (no debater answer could be parsed)")
     out = Dataset.from_list(rows).shuffle(seed=seed)
     if max_examples is not None and len(out) > max_examples:
         out = out.select(range(max_examples))
     stops = sum(r["completion"][0]["content"].startswith("STOP") for r in out)
-    logger.info("Warm start data: %d rows (%d STOP, %d CONTINUE targets)", len(out), stops, len(out) - stops)
+    logger.info(
+        "Warm start data (%s targets): %d rows (%d STOP, %d CONTINUE)", targets, len(out), stops, len(out) - stops
+    )
     return out
 
 
@@ -118,6 +194,7 @@ def run_warm_start(
     bf16: bool,
     model_init_kwargs: dict[str, Any] | None = None,
     tokenizer=None,
+    targets: str = "consensus",
 ) -> Path:
     """Fine-tune a fresh LoRA adapter on heuristic targets with ``trl.SFTTrainer`` and save it.
 
@@ -135,6 +212,7 @@ def run_warm_start(
         use_cpu, bf16: device settings, as for GRPO.
         model_init_kwargs: ``from_pretrained`` kwargs (dtype, attn_implementation, ...).
         tokenizer: tokenizer to use (loaded from the model path when ``None``).
+        targets: ``consensus`` or ``reward`` (see :data:`TARGETS`).
 
     Returns:
         The folder holding ``adapter_model.safetensors`` and ``adapter_config.json``.
@@ -142,7 +220,7 @@ def run_warm_start(
     from trl import SFTConfig, SFTTrainer
 
     output_dir = Path(output_dir)
-    train = build_warm_start_dataset(dataset, max_examples=max_examples, seed=seed)
+    train = build_warm_start_dataset(dataset, max_examples=max_examples, seed=seed, targets=targets)
     args = SFTConfig(
         output_dir=str(output_dir),
         max_steps=max_steps,
@@ -161,7 +239,7 @@ def run_warm_start(
         model_init_kwargs=model_init_kwargs,
         dataset_num_proc=None,
     )
-    logger.info("Warm start: %d SFT steps on heuristic moderator targets (lr %g)", max_steps, learning_rate)
+    logger.info("Warm start: %d SFT steps on %s moderator targets (lr %g)", max_steps, targets, learning_rate)
     trainer = SFTTrainer(
         model=model_name_or_path, args=args, train_dataset=train, processing_class=tokenizer, peft_config=peft_config
     )
