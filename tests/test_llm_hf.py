@@ -193,4 +193,3 @@ def test_cpu_attention_equals_transformers_sdpa_with_padding(tiny_dir):
         b = fast(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(a[mask.bool()], b[mask.bool()])
     assert HFGenerator(str(tiny_dir), device="cpu").model.config._attn_implementation == ATTENTION_NAME
-

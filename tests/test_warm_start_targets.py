@@ -13,8 +13,22 @@ def rows() -> Dataset:
     prompt = [{"role": "user", "content": "moderate"}]
     return Dataset.from_list(
         [  # eta 1 with disagreement: the consensus heuristic says CONTINUE, the rewards want STOP + the right answer
-            {"prompt": prompt, "answers": ["12", "13"], "kind": "math", "gold": "13", "eta": 1, "is_final_round": False},
-            {"prompt": prompt, "answers": ["12", "12"], "kind": "math", "gold": "13", "eta": 0, "is_final_round": False},
+            {
+                "prompt": prompt,
+                "answers": ["12", "13"],
+                "kind": "math",
+                "gold": "13",
+                "eta": 1,
+                "is_final_round": False,
+            },
+            {
+                "prompt": prompt,
+                "answers": ["12", "12"],
+                "kind": "math",
+                "gold": "13",
+                "eta": 0,
+                "is_final_round": False,
+            },
             {"prompt": prompt, "answers": ["7", "9"], "kind": "math", "gold": "9", "eta": 1, "is_final_round": True},
             {"prompt": prompt, "answers": [None, None], "kind": "math", "gold": "9", "eta": 0, "is_final_round": True},
         ]
@@ -43,7 +57,9 @@ def test_reward_target_skips_rows_whose_labels_disagree_with_the_grader():
     # eta says a correct answer is on the table but none of the answers grades correct: no target, not a guess
     assert reward_target(["12", "14"], "math", gold="13", eta=1, is_final_round=False) is None
     # forced round without a correct answer falls back to the majority
-    assert reward_target(["12", "12", "14"], "math", gold="13", eta=0, is_final_round=True) == "STOP <answer>12</answer>"
+    assert (
+        reward_target(["12", "12", "14"], "math", gold="13", eta=0, is_final_round=True) == "STOP <answer>12</answer>"
+    )
 
 
 def test_reward_targets_need_the_label_columns():

@@ -121,9 +121,7 @@ def reward_target(
     return heuristic_target(answers, kind, is_final_round=True)
 
 
-def build_warm_start_dataset(
-    dataset, *, max_examples: int | None = None, seed: int = 0, targets: str = "consensus"
-):
+def build_warm_start_dataset(dataset, *, max_examples: int | None = None, seed: int = 0, targets: str = "consensus"):
     """Turn moderator-dataset rows into prompt-completion rows with heuristic targets.
 
     Args:
