@@ -8,6 +8,15 @@ Stages whose outputs exist are skipped (a rerun resumes). Prints one JSON summar
 rate, and for the moderator layers the control accuracy on held-out rounds (STOP iff eta = 1, before T_max).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_smol_world.py --train-questions 160 --eval-questions 200
+
+To compare a training change on the same data, reuse a finished run's dataset and held-out debates: ``--dataset``
+skips the rollout, ``--eval-traces`` replays the recorded evaluation debates, and only the rows that depend on the
+adapter (``--methods``, default the three trained-moderator layers) are evaluated; the others (majority vote,
+judge, Meta-Moderator*, single agents) do not change with the adapter and stay in the first run's table:
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_smol_world.py --out benchmarks/results/smol_world_reward \
+        --dataset benchmarks/results/smol_world/dataset \
+        --eval-traces benchmarks/results/smol_world/eval/traces-seed0.jsonl
 """
 
 from __future__ import annotations
@@ -60,6 +69,10 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/smol_world")
     parser.add_argument("--train-questions", type=int, default=160)
     parser.add_argument("--eval-questions", type=int, default=200)
+    parser.add_argument("--dataset", default=None, help="reuse this moderator dataset (skips rollout and build)")
+    parser.add_argument("--eval-traces", default=None, help="evaluate on these recorded held-out debates")
+    parser.add_argument("--methods", nargs="+", default=["moderator", "adjudication_only", "stopping_only"],
+                        help="with --eval-traces: the methods to evaluate")  # fmt: skip
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out = Path(args.out)
@@ -71,6 +84,9 @@ def main() -> None:
         out / "eval_warm_start",
     )
     timings: dict[str, float] = {}
+    if args.dataset:
+        dataset = Path(args.dataset)
+        traces = dataset.parent / "rollout"
     run("rollout", ["rollout", "--config", "configs/rollout/smol_arith.yaml", "--output_dir", str(traces),
                     "--task_num_examples", str(args.train_questions), "--progress", "false"],
         traces / "summary.json", timings)  # fmt: skip
@@ -78,12 +94,15 @@ def main() -> None:
         dataset / "dataset_dict.json", timings)  # fmt: skip
     run("train", ["train", "--config", "configs/train/smol_moderator.yaml", "--dataset_path", str(dataset),
                   "--output_dir", str(moderator)], moderator / "train_summary.json", timings)  # fmt: skip
-    run("eval", ["eval", "--config", "configs/eval/smol_debate.yaml", "--moderator", str(moderator),
-                 "--output_dir", str(evaluation), "--limit", str(args.eval_questions)],
-        evaluation / "results.json", timings)  # fmt: skip
+    eval_argv = ["eval", "--config", "configs/eval/smol_debate.yaml", "--moderator", str(moderator),
+                 "--output_dir", str(evaluation), "--limit", str(args.eval_questions)]  # fmt: skip
+    if args.eval_traces:
+        eval_argv += ["--traces", args.eval_traces, "--methods", *args.methods, "--reference_method", args.methods[0]]
+    run("eval", eval_argv, evaluation / "results.json", timings)
+    held_out = args.eval_traces or str(evaluation / "traces-seed0.jsonl")
     run("eval-warm-start", ["eval", "--config", "configs/eval/smol_debate.yaml", "--moderator",
                             str(moderator / "warm_start"), "--output_dir", str(warm_eval), "--limit",
-                            str(args.eval_questions), "--traces", str(evaluation / "traces-seed0.jsonl"),
+                            str(args.eval_questions), "--traces", held_out,
                             "--methods", "moderator", "stopping_only", "--reference_method", "moderator"],
         warm_eval / "results.json", timings)  # fmt: skip
     results = json.loads((evaluation / "results.json").read_text())
@@ -98,7 +117,11 @@ def main() -> None:
         "methods": rows,
         "control": {
             "moderator": control_accuracy(evaluation / "samples.jsonl", "moderator", 3),
-            "moderator_prompted": control_accuracy(evaluation / "samples.jsonl", "moderator_prompted", 3),
+            "moderator_prompted": (
+                control_accuracy(evaluation / "samples.jsonl", "moderator_prompted", 3)
+                if not args.eval_traces
+                else None
+            ),
             "warm_start_only": control_accuracy(warm_eval / "samples.jsonl", "moderator", 3),
         },
     }
