@@ -2,6 +2,10 @@
 
 Each command lives in its own module as ``main(argv: list[str] | None) -> int``; the table below is the only
 place that names them, and ``metamod --help`` is generated from it.
+
+Errors: an anticipated failure (see :mod:`metamod.errors`) ends with exit code 2 and one line on stderr,
+``metamod <command>: error: <message>``; ``--debug`` (or ``METAMOD_DEBUG=1``) raises it instead, with its
+traceback. Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import os
 import sys
 
 from metamod.config import ConfigError, setup_logging
+from metamod.errors import anticipated_message
 from metamod.prompts import PROMPTS_ENV, PROMPTS_FROM_CLI_ENV, active_prompts_file, use_prompts
 from metamod.registry import import_dotted
 
@@ -31,9 +36,10 @@ def _usage() -> str:
     lines += [f"  {name:<14} {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += [
         "",
-        "global option (any command, before or after it):",
+        "global options (any command, before or after it):",
         "  --prompts file.yaml  replace prompt templates by name (YAML name: text; same placeholders as shipped;",
         "                       see docs/contracts.md, Prompts). Also read from $METAMOD_PROMPTS.",
+        "  --debug              show the traceback of an error instead of the one-line message (or METAMOD_DEBUG=1)",
         "",
         "`metamod <command> --help` lists every option of a command.",
     ]
@@ -66,20 +72,52 @@ def _pop_prompts(argv: list[str]) -> tuple[str | None, list[str]]:
     return path, rest
 
 
+def _pop_debug(argv: list[str]) -> tuple[bool, list[str]]:
+    """Remove the global ``--debug`` flag from ``argv``: before the command, or after it when no value follows.
+
+    ``--debug VALUE`` after the command is left to the command (``metamod train --debug underflow_overflow`` is
+    the transformers option).
+
+    >>> _pop_debug(["--debug", "eval", "--limit", "3"])
+    (True, ['eval', '--limit', '3'])
+    >>> _pop_debug(["eval", "--debug", "--limit", "3"])
+    (True, ['eval', '--limit', '3'])
+    >>> _pop_debug(["train", "--debug", "underflow_overflow"])
+    (False, ['train', '--debug', 'underflow_overflow'])
+    """
+    rest, found, seen_command = [], False, False
+    for i, arg in enumerate(argv):
+        takes_value = seen_command and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        if arg == "--debug" and not takes_value:
+            found = True
+            continue
+        seen_command = seen_command or not arg.startswith("-")
+        rest.append(arg)
+    return found, rest
+
+
+def _fail(command: str | None, message: str) -> int:
+    print(f"metamod{' ' + command if command else ''}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("METAMOD_DEBUG", "") not in ("", "0")
     try:
         prompts, argv = _pop_prompts(argv)
     except ConfigError as err:
-        print(f"metamod: config error: {err}", file=sys.stderr)
-        return 2
+        if debug or "--debug" in argv:
+            raise
+        return _fail(None, str(err))
+    flag, argv = _pop_debug(argv)
+    debug = debug or flag
     if not argv or argv[0] in {"-h", "--help", "help"}:
         print(_usage())
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"metamod: unknown command {command!r}. Valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
-        return 2
+        return _fail(None, f"unknown command {command!r}. Valid commands: {', '.join(COMMANDS)}")
     setup_logging()
     previous_prompts = os.environ.get(PROMPTS_ENV)
     explicit = prompts is not None or previous_prompts is not None
@@ -93,15 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"{err} (set by ${PROMPTS_ENV})" if prompts is None else str(err)) from err
         entry = import_dotted(COMMANDS[command][0])
         return int(entry(rest) or 0)
-    except ConfigError as err:
-        print(f"metamod {command}: config error: {err}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, KeyError, ValueError) as err:
-        if os.environ.get("METAMOD_DEBUG"):
+    except Exception as err:
+        message = anticipated_message(err)
+        if debug or message is None:  # --debug, or a bug: the traceback
             raise
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"metamod {command}: error: {message}  (set METAMOD_DEBUG=1 for a traceback)", file=sys.stderr)
-        return 2
+        return _fail(command, message)
     except KeyboardInterrupt:
         print(f"metamod {command}: interrupted; outputs written so far are kept and a rerun resumes.", file=sys.stderr)
         return 130

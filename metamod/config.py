@@ -7,22 +7,22 @@ the command line) into one clear error listing the valid keys.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import logging
 import os
 import sys
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from metamod.errors import ConfigError, MetamodError, load_yaml_text, read_text
+
 logger = logging.getLogger(__name__)
-
-
-class ConfigError(ValueError):
-    """A configuration problem found before any expensive work starts."""
 
 
 def _valid_keys(dataclass_types: Sequence[type]) -> list[str]:
@@ -44,10 +44,11 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
         A tuple with one instance per dataclass type.
 
     Raises:
-        ConfigError: for a missing config file, a non-mapping YAML, or unknown keys (listing the valid ones).
+        ConfigError: for a missing, undecodable or malformed config file (naming the file and line), a non-mapping
+            YAML, unknown keys (listing the valid ones), a value argparse cannot convert, a check in a dataclass's
+            ``__post_init__`` (its ``ValueError``/``TypeError`` becomes a ``ConfigError`` with the same message), or
+            an ``output_dir`` that cannot be a writable folder.
     """
-    from trl import TrlParser
-
     argv = list(sys.argv[1:] if argv is None else argv)
     valid = _valid_keys(dataclass_types)
     if "--config" in argv:
@@ -56,8 +57,12 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
             raise ConfigError("--config needs a path to a YAML file")
         path = Path(argv[idx + 1])
         if not path.is_file():
-            raise ConfigError(f"Config file not found: {path}")
-        data = yaml.safe_load(path.read_text()) or {}
+            raise ConfigError(f"Config file not found: {path} (expected a YAML file of key: value)")
+        try:
+            text = read_text(path)
+        except MetamodError as err:
+            raise ConfigError(str(err)) from err
+        data = load_yaml_text(text, path, error=ConfigError) or {}
         if not isinstance(data, dict):
             raise ConfigError(
                 f"Config file {path} must contain a YAML mapping of key: value, got {type(data).__name__}"
@@ -66,15 +71,94 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
         if unknown:
             raise ConfigError(f"Unknown key(s) {unknown} in {path}. Valid keys: {', '.join(valid)}")
         _activate_config_prompts(data.get("prompts"), path)
-    parser = TrlParser(dataclass_types, prog=prog, allow_abbrev=False)
+    parser = _parser(dataclass_types, prog)
     try:
         outputs = parser.parse_args_and_config(args=argv, return_remaining_strings=True)
-    except SystemExit:
+    except MetamodError:
         raise
+    except (ValueError, TypeError) as err:  # a dataclass's __post_init__ (ours, TRL's, transformers')
+        message = str(err) if isinstance(err, ValueError) else f"a config value has the wrong type: {err}"
+        raise ConfigError(message) from err
     remaining = _drop_pair(outputs[-1], "--prompts")  # the config file's `prompts:` key, handled above
     if remaining:
         raise ConfigError(f"Unknown argument(s) {remaining}. Valid keys: {', '.join('--' + k for k in valid)}")
+    for config in outputs[:-1]:
+        output_dir = getattr(config, "output_dir", None)
+        if isinstance(output_dir, str | os.PathLike) and os.fspath(output_dir):
+            check_output_dir(output_dir)
     return tuple(outputs[:-1])
+
+
+def _parser(dataclass_types: Sequence[type], prog: str | None):
+    """A ``TrlParser`` whose errors are one-line :class:`ConfigError`s and whose dict fields read YAML text."""
+    from trl import TrlParser
+
+    class _Parser(TrlParser):
+        def error(self, message: str):  # argparse would print the usage and exit
+            raise ConfigError(f"{message} (see `{self.prog} --help`)")
+
+    parser = _Parser(dataclass_types, prog=prog, allow_abbrev=False)
+    for action in parser._actions:
+        if action.type is dict or typing.get_origin(action.type) is dict:
+            action.type = _MappingArgument(action.dest)
+    return parser
+
+
+class _MappingArgument:
+    """argparse ``type`` of a dict field: YAML (or JSON) text of a mapping, e.g. ``--simulation '{sim_seed: 3}'``.
+
+    HfArgumentParser gives dict fields ``type=dict``, and ``dict("{}")`` fails for every string.
+
+    >>> _MappingArgument("task_options")("{arith: {task_limit: 5}}")
+    {'arith': {'task_limit': 5}}
+    >>> _MappingArgument("simulation")("[1, 2]")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a YAML/JSON mapping such as '{key: value}', got a list: '[1, 2]'
+    """
+
+    def __init__(self, name: str):
+        self.__name__ = name
+
+    def __call__(self, text: str) -> dict:
+        try:
+            value = load_yaml_text(text, f"--{self.__name__}")
+        except MetamodError as err:
+            raise argparse.ArgumentTypeError(f"{err} in {text!r}") from err
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(
+                f"expected a YAML/JSON mapping such as '{{key: value}}', got a {type(value).__name__}: {text!r}"
+            )
+        return value
+
+
+def check_output_dir(path: str | os.PathLike, *, key: str = "output_dir") -> None:
+    """Fail before any work when ``path`` cannot become a folder this user writes to.
+
+    Args:
+        path: the output folder (it need not exist yet).
+        key: the option that set it, for the message.
+
+    Raises:
+        ConfigError: ``path`` (or a parent) is an existing file, or the deepest existing folder is not writable.
+    """
+    target = Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"{key} {os.fspath(path)!r} is an existing file; expected a folder (or a new path)")
+    existing = target.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(
+            f"{key} {os.fspath(path)!r} cannot be created: {existing} is a file; expected a path under a folder"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{key} {os.fspath(path)!r} is not writable: this user may not write to {existing}; "
+            "expected a folder you can write to"
+        )
 
 
 def _activate_config_prompts(value: Any, config_path: Path) -> None:
@@ -129,9 +213,9 @@ def config_to_dict(*configs: Any) -> dict[str, Any]:
 def save_resolved_config(path: str | os.PathLike, *configs: Any) -> Path:
     """Write the resolved config (after YAML + overrides) as YAML next to a run's outputs."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config_to_dict(*configs), sort_keys=True))
-    return path
+    from metamod.files import atomic_write_text  # an atomic write: concurrent shards may save the same file
+
+    return atomic_write_text(path, yaml.safe_dump(config_to_dict(*configs), sort_keys=True))
 
 
 def setup_logging(level: str | int = "INFO") -> None:
@@ -140,4 +224,215 @@ def setup_logging(level: str | int = "INFO") -> None:
         level=level if isinstance(level, int) else getattr(logging, str(level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
+    )
+
+
+# --------------------------------------------------------------------------------------------- resume fingerprints
+
+#: the file in an output folder that records the settings its outputs were computed with
+FINGERPRINT_FILE = ".fingerprint.json"
+#: the short lock under which a fingerprint is compared and recorded (concurrent shards of one folder agree)
+FINGERPRINT_LOCK = ".fingerprint.lock"
+# Keys never hashed (and never stored): credentials do not change results.
+_SECRET_MARKERS = ("token", "api_key", "apikey", "secret", "password")
+
+
+class SettingsMismatchError(ConfigError):
+    """An output folder holds outputs computed with other settings (the message names the differing keys)."""
+
+
+def _is_secret(key: str) -> bool:
+    return any(marker in str(key).lower() for marker in _SECRET_MARKERS)
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` as plain JSON (tuples -> lists, paths -> str), without secret-looking keys at any depth."""
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items() if not _is_secret(k)}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return json.loads(json.dumps(value, default=str))
+
+
+def resume_settings(resolved: dict[str, Any], free_keys: Sequence[str] | set[str] = ()) -> dict[str, Any]:
+    """The settings that change a command's results: ``resolved`` without ``free_keys`` and without credentials.
+
+    >>> resume_settings({"max_rounds": 3, "output_dir": "x", "hub_token": "hf_..."}, free_keys={"output_dir"})
+    {'max_rounds': 3}
+    """
+    free = set(free_keys)
+    return _canonical({k: v for k, v in resolved.items() if k not in free})
+
+
+def settings_fingerprint(settings: dict[str, Any]) -> str:
+    """A short stable hash of ``settings`` (key order does not matter; credentials are left out).
+
+    >>> settings_fingerprint({"a": 1, "b": [1, 2]}) == settings_fingerprint({"b": [1, 2], "a": 1})
+    True
+    >>> len(settings_fingerprint({}))
+    16
+    """
+    text = json.dumps(_canonical(settings), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def settings_diff(saved: dict[str, Any], current: dict[str, Any], *, keys: Sequence[str] | None = None) -> list[str]:
+    """The keys whose values differ between two settings mappings (``keys``: compare only these), sorted.
+
+    >>> settings_diff({"max_rounds": 5, "seed": 0}, {"max_rounds": 3, "seed": 0, "top_p": 1.0})
+    ['max_rounds', 'top_p']
+    """
+    saved, current = _canonical(saved), _canonical(current)
+    names = set(saved) | set(current) if keys is None else set(keys)
+    return sorted(k for k in names if saved.get(k, "<unset>") != current.get(k, "<unset>"))
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = "unset" if value is _UNSET else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+_UNSET = object()
+
+
+def describe_diff(saved: dict[str, Any], current: dict[str, Any], keys: Sequence[str], *, limit: int = 6) -> str:
+    """``key: old -> new`` for each differing key, on one line (at most ``limit`` keys, then a count).
+
+    >>> describe_diff({"max_rounds": 5}, {"max_rounds": 3}, ["max_rounds"])
+    'max_rounds: 5 -> 3'
+    """
+    parts = [f"{k}: {_short(saved.get(k, _UNSET))} -> {_short(current.get(k, _UNSET))}" for k in list(keys)[:limit]]
+    if len(keys) > limit:
+        parts.append(f"and {len(keys) - limit} more ({', '.join(list(keys)[limit:])})")
+    return "; ".join(parts)
+
+
+def read_fingerprint(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The fingerprint record of an output folder (``{"fingerprint", "command", "settings"}``), or ``None``."""
+    from metamod.errors import load_json
+
+    path = Path(folder) / FINGERPRINT_FILE
+    if not path.is_file():
+        return None
+    data = load_json(path, what="metamod settings fingerprint (JSON object)")
+    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
+        raise ConfigError(f"{path} is not a metamod settings fingerprint; delete it, or use --overwrite true")
+    return data
+
+
+def check_fingerprint(
+    folder: str | os.PathLike,
+    settings: dict[str, Any],
+    *,
+    overwrite: bool = False,
+    record: bool = False,
+    outputs: bool | None = None,
+    legacy: dict[str, Any] | None = None,
+    ignore: Sequence[str] = (),
+    command: str = "metamod",
+    what: str = "outputs",
+) -> str:
+    """Refuse to resume an output folder whose outputs were computed with other settings; optionally record ours.
+
+    The fingerprint of ``settings`` (see :func:`settings_fingerprint`) is kept in ``<folder>/.fingerprint.json``
+    with the settings themselves, so a mismatch names the differing keys and both values.
+
+    Args:
+        folder: the output folder.
+        settings: the settings that change the outputs (see :func:`resume_settings`).
+        overwrite: the caller starts over: no comparison (the caller deletes the old outputs).
+        record: write our fingerprint (compare + write happen under a short lock, so concurrent shards agree).
+        outputs: whether the folder holds outputs to protect (``None``: any non-hidden file or folder in it);
+            without any, a stale fingerprint is simply replaced.
+        legacy: for folders written before fingerprints existed: the saved settings to compare with (only the
+            keys it holds are compared); ``None`` refuses such a folder when it holds outputs.
+        ignore: keys left out of the comparison (e.g. signatures of models not built yet, in an early check).
+        command: the command name, for the message.
+        what: what the folder holds, for the message (e.g. ``"debate traces"``).
+
+    Returns:
+        The fingerprint of ``settings``.
+
+    Raises:
+        SettingsMismatchError: one line naming the folder, each differing key (``key: old -> new``) and the two
+            ways out (``--overwrite true`` or a new ``--output_dir``).
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> fp = check_fingerprint(folder, {"max_rounds": 5}, record=True)
+    >>> check_fingerprint(folder, {"max_rounds": 5}) == fp
+    True
+    >>> check_fingerprint(folder, {"max_rounds": 3}, outputs=True, what="debate traces")
+    Traceback (most recent call last):
+    ...
+    metamod.config.SettingsMismatchError: ... holds debate traces made with different settings (max_rounds: 5 -> 3); resuming would mix them. Rerun with --overwrite true to start over, or use a new --output_dir
+    """
+    folder = Path(folder)
+    current = _canonical(settings)
+    fingerprint = settings_fingerprint(current)
+    if outputs is None:
+        outputs = folder.is_dir() and any(not p.name.startswith(".") for p in folder.iterdir())
+    options = dict(overwrite=overwrite, outputs=outputs, legacy=legacy, ignore=tuple(ignore), what=what)
+    if not record:
+        _compare(folder, current, fingerprint, **options)
+        return fingerprint
+    from metamod.files import FolderLock
+
+    with FolderLock(folder, name=FINGERPRINT_LOCK, wait=True):
+        _compare(folder, current, fingerprint, **options)
+        record_fingerprint(folder, current, command=command)
+    return fingerprint
+
+
+def record_fingerprint(folder: str | os.PathLike, settings: dict[str, Any], *, command: str = "metamod") -> str:
+    """Write ``<folder>/.fingerprint.json`` for ``settings`` (atomically; unchanged when already equal)."""
+    from metamod.files import atomic_write_json
+
+    current = _canonical(settings)
+    fingerprint = settings_fingerprint(current)
+    saved = read_fingerprint(folder)
+    if saved is None or saved.get("fingerprint") != fingerprint:
+        record = {"fingerprint": fingerprint, "command": command, "settings": current}
+        atomic_write_json(Path(folder) / FINGERPRINT_FILE, record, indent=1, sort_keys=True)
+    return fingerprint
+
+
+def _compare(
+    folder: Path,
+    current: dict[str, Any],
+    fingerprint: str,
+    *,
+    overwrite: bool,
+    outputs: bool,
+    legacy: dict[str, Any] | None,
+    ignore: tuple[str, ...],
+    what: str,
+) -> dict[str, Any] | None:
+    saved = read_fingerprint(folder)
+    if overwrite or not outputs:
+        return saved
+    ways_out = "Rerun with --overwrite true to start over, or use a new --output_dir"
+    if saved is not None:
+        if saved.get("fingerprint") == fingerprint:
+            return saved
+        keys = sorted((set(saved["settings"]) | set(current)) - set(ignore))
+        differ = settings_diff(saved["settings"], current, keys=keys)
+        if not differ:
+            return saved
+        diff = describe_diff(saved["settings"], current, differ)
+    elif legacy is not None:
+        legacy = _canonical(legacy)
+        differ = settings_diff(legacy, current, keys=[k for k in legacy if k not in ignore])
+        if not differ:
+            return None
+        diff = describe_diff(legacy, current, differ)
+    else:
+        raise SettingsMismatchError(
+            f"{folder} holds {what} without a settings fingerprint (written by an older metamod), so they cannot be "
+            f"checked against these settings. {ways_out}"
+        )
+    raise SettingsMismatchError(
+        f"{folder} holds {what} made with different settings ({diff}); resuming would mix them. {ways_out}"
     )

@@ -5,7 +5,6 @@ import json
 import pytest
 
 from metamod.llm import BackendConfig, SamplingConfig, build_generator
-from metamod.llm.tiny import build_tiny_model
 from metamod.rollout.debate import DebateStats, run_debates
 from metamod.rollout.debaters import LLMDebaters
 from metamod.rollout.run import main
@@ -14,8 +13,8 @@ from metamod.tasks import load_task
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+def tiny_dir(tiny_model_dir):
+    return tiny_model_dir  # the session's tiny model (tests/conftest.py)
 
 
 def test_engine_on_tiny_model(tiny_dir):

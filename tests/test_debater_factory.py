@@ -10,7 +10,6 @@ from metamod.evaluate.build import build_debaters as eval_debaters
 from metamod.evaluate.build import debater_sampling, debater_spec, layer_context
 from metamod.evaluate.config import EvalConfig
 from metamod.llm import BackendConfig, SamplingConfig, build_generator
-from metamod.llm.tiny import build_tiny_model
 from metamod.rollout.debate import DebateStats, run_debates
 from metamod.rollout.debater_factory import DebaterSpec, LoadedBackend, agent_seed, build_debater_groups
 from metamod.rollout.debaters import LLMDebaters
@@ -47,8 +46,8 @@ class Counting:
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+def tiny_dir(tiny_model_dir):
+    return tiny_model_dir  # the session's tiny model (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

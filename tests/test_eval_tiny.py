@@ -14,14 +14,12 @@ MODEL_METHODS = ["judge", "moderator_prompted", "moderator", "adjudication_only"
 
 
 @pytest.fixture(scope="module")
-def tiny_adapter(tmp_path_factory) -> Path:
+def tiny_adapter(tmp_path_factory, tiny_model_dir) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from metamod.llm.tiny import ensure_tiny_model
-
     root = tmp_path_factory.mktemp("tiny")
-    base = ensure_tiny_model(root / "model")
+    base = tiny_model_dir  # the session's tiny model (tests/conftest.py)
     model = get_peft_model(
         AutoModelForCausalLM.from_pretrained(base),
         LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),

@@ -17,16 +17,14 @@ from metamod.train.model_card import dataset_statistics, load_results
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def run_dir(tmp_path_factory, tiny_model_dir):
     """A training output dir as `metamod train` leaves it: adapter + tokenizer + summary + resolved config."""
     from datasets import Dataset, DatasetDict
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from metamod.llm.tiny import build_tiny_model
-
     root = tmp_path_factory.mktemp("export")
-    base_dir = build_tiny_model(root / "tiny", seed=0)
+    base_dir = tiny_model_dir  # the session's tiny model (tests/conftest.py)
     base = AutoModelForCausalLM.from_pretrained(base_dir)
     lora = LoraConfig(
         r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM",

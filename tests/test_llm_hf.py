@@ -6,7 +6,6 @@ import pytest
 
 from metamod.llm import BackendConfig, SamplingConfig, build_generator
 from metamod.llm.hf import HFGenerator
-from metamod.llm.tiny import build_tiny_model
 
 CONVS = [
     [{"role": "user", "content": "What is 2 + 3?"}],
@@ -22,8 +21,8 @@ CONVS = [
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+def tiny_dir(tiny_model_dir):
+    return tiny_model_dir  # the session's tiny model (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ SMALL = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermed
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+def tiny_dir(tiny_model_dir):
+    return tiny_model_dir  # the session's tiny model (tests/conftest.py): build_tiny_model(seed=0)
 
 
 def test_reload_and_chat_template(tiny_dir):

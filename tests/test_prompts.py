@@ -160,7 +160,8 @@ def test_cli_flag_end_to_end(tmp_path, capsys):
     bad = _write(tmp_path / "bad.yaml", {"judge": "no placeholders"})
     assert main([*rollout, "--prompts", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "config error" in err and str(bad.resolve()) in err and "'judge'" in err and len(err.splitlines()) == 1
+    assert err.startswith("metamod rollout: error: ") and str(bad.resolve()) in err and "'judge'" in err
+    assert len(err.splitlines()) == 1
     assert main(["rollout", "--prompts"]) == 2
     assert "--prompts needs a path" in capsys.readouterr().err
 

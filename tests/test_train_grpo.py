@@ -8,14 +8,13 @@ import torch
 from safetensors.torch import load_file
 
 from metamod.config import ConfigError
-from metamod.llm.tiny import ensure_tiny_model
 from metamod.train.grpo import ModeratorGRPOConfig, ModeratorModelConfig, main, train
 from tests._train_data import save_dataset
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return str(ensure_tiny_model(tmp_path_factory.mktemp("tiny") / "model"))
+def tiny_model(tiny_model_dir):
+    return str(tiny_model_dir)  # the session's tiny model (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,12 @@ ValueError: methods: unknown method(s) ['majority']. Valid names: adjudication_o
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from metamod.errors import ConfigError, InputError, check_safetensors, load_json
 
 from .decision import DEBATE_LAYERS, DECISION_LAYERS
 
@@ -57,8 +59,12 @@ class EvalConfig:
         default_factory=lambda: list(DEFAULT_METHODS),
         metadata={"help": f"Methods to evaluate: {', '.join(sorted(DECISION_LAYERS))}."},
     )
-    reference_method: str = field(
-        default="moderator", metadata={"help": "Method compared with every other one by the exact McNemar test."}
+    reference_method: str | None = field(
+        default=None,
+        metadata={
+            "help": "Method compared with every other one by the exact McNemar test; one of `methods`. None: "
+            "moderator when it is among methods (else no tests)."
+        },
     )
     mode: str = field(
         default="replay",
@@ -136,7 +142,17 @@ class EvalConfig:
     sc_samples: int = field(default=5, metadata={"help": "Samples k of single_cot_sc."})
     # ---- outputs
     output_dir: str = field(default="runs/eval", metadata={"help": "Where results.json, samples.jsonl, table.md go."})
-    resume: bool = field(default=True, metadata={"help": "Skip questions already in samples.jsonl."})
+    resume: bool = field(
+        default=True,
+        metadata={
+            "help": "Skip the (task, method, seed, question) cells already in samples.jsonl (computed with these "
+            "settings); false: start over, like overwrite."
+        },
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "Delete output_dir's samples, cached debates and memory states, and start over."},
+    )
     plots: bool = field(default=True, metadata={"help": "Write PNG plots (matplotlib, Agg backend)."})
 
     def __post_init__(self) -> None:
@@ -169,6 +185,29 @@ class EvalConfig:
             raise ValueError(f"num_agents must be >= 2 for a debate, got {self.num_agents}")
         if not self.seeds:
             raise ValueError("seeds is empty; give at least one seed, e.g. [0]")
+        repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
+        if repeated:
+            raise ConfigError(
+                f"seeds {self.seeds} repeats {repeated}: a repeated seed counts every question twice and narrows the "
+                f"intervals; expected distinct seeds, e.g. {sorted(set(self.seeds))}"
+            )
+        if self.reference_method is None:
+            self.reference_method = "moderator" if "moderator" in self.methods else None
+        elif self.reference_method not in self.methods:
+            raise ConfigError(
+                f"reference_method {self.reference_method!r} is not among methods {self.methods}; expected one of "
+                "them (or add it to methods)"
+            )
+        for name in ("temperature", "moderator_temperature"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 (0 = greedy), got {getattr(self, name)}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if "adjudication_only" in self.methods and self.fixed_rounds > self.max_rounds:
+            raise ConfigError(
+                f"fixed_rounds={self.fixed_rounds} is larger than max_rounds={self.max_rounds}: adjudication_only "
+                f"cannot debate longer than the budget; expected fixed_rounds in 1..{self.max_rounds}"
+            )
         if not self.tasks and self.traces is None:
             raise ValueError("tasks is empty; list at least one task (e.g. [arith]) or give traces")
         if self.limit is not None and self.limit < 1:
@@ -178,8 +217,36 @@ class EvalConfig:
                 raise ValueError(f"task_options has options for {task!r}, which is not in tasks {self.tasks}")
             if not isinstance(options, dict):
                 raise ValueError(f"task_options[{task!r}] must be a mapping of TaskConfig fields, got {options!r}")
+        self._check_nested_keys()
         if self.traces is not None and not Path(self.traces).is_file():
             raise FileNotFoundError(f"traces file {self.traces!r} does not exist")
+        if self.traces is not None and not _has_content(Path(self.traces)):
+            raise ConfigError(
+                f"traces file {self.traces!r} holds 0 traces; expected at least one debate (run `metamod rollout` "
+                "first), or leave traces unset to run the debates"
+            )
+
+    def _check_nested_keys(self) -> None:
+        """The dict-valued options hold only fields of the config they fill (unknown keys name the valid ones)."""
+        from metamod.llm import BackendConfig
+        from metamod.rollout.simulated import SimulationConfig
+        from metamod.tasks import TaskConfig
+
+        def check(name: str, options: Any, config: type, exclude: tuple[str, ...] = ()) -> None:
+            if not isinstance(options, dict):
+                raise ConfigError(f"{name} must be a mapping of {config.__name__} fields, got {options!r}")
+            valid = [f.name for f in dataclasses.fields(config) if f.name not in exclude]
+            unknown = sorted(str(key) for key in options if key not in valid)
+            if unknown:
+                raise ConfigError(
+                    f"{name}: unknown key(s) {unknown}; expected {config.__name__} fields: {', '.join(valid)}"
+                )
+
+        for task, options in self.task_options.items():
+            check(f"task_options[{task!r}]", options, TaskConfig, exclude=("task",))
+        check("simulation", self.simulation, SimulationConfig)
+        for name in ("debater_backend_options", "moderator_backend_options"):
+            check(name, getattr(self, name), BackendConfig, exclude=("backend", "model", "adapter"))
 
     def debate_methods(self) -> list[str]:
         return [m for m in self.methods if m in DEBATE_LAYERS or _family(m) == "debate"]
@@ -235,6 +302,7 @@ def classify_model_path(path: str) -> str:
             "configs/train/tiny_sim.yaml` writes checkpoints/tiny), or pass a Hub id"
         )
     if (folder / "adapter_config.json").is_file():
+        check_adapter_files(folder)
         return "adapter"
     if (folder / "config.json").is_file():
         return "model"
@@ -251,5 +319,29 @@ def classify_model_path(path: str) -> str:
 
 def adapter_base(path: str) -> str | None:
     """The ``base_model_name_or_path`` recorded in an adapter folder, if any."""
-    data = json.loads((Path(path).expanduser() / "adapter_config.json").read_text())
-    return data.get("base_model_name_or_path")
+    data = load_json(Path(path).expanduser() / "adapter_config.json", what="PEFT adapter config (a JSON object)")
+    return data.get("base_model_name_or_path") if isinstance(data, dict) else None
+
+
+def check_adapter_files(folder: str | Path) -> None:
+    """Fail naming the file when an adapter folder's config or weights do not read (cheap: headers only).
+
+    Raises:
+        InputError: ``adapter_config.json`` is not a JSON object, or ``adapter_model.safetensors`` is corrupt.
+    """
+    folder = Path(folder).expanduser()
+    config = load_json(folder / "adapter_config.json", what="PEFT adapter config (a JSON object)")
+    if not isinstance(config, dict):
+        raise InputError(
+            f"{folder / 'adapter_config.json'} holds a JSON {type(config).__name__}; expected a PEFT adapter config "
+            "(a JSON object with peft_type, base_model_name_or_path, ...)"
+        )
+    weights = folder / "adapter_model.safetensors"
+    if weights.is_file():
+        check_safetensors(weights, what="adapter weights")
+
+
+def _has_content(path: Path) -> bool:
+    """Whether a JSONL file has a non-blank line (reads only up to the first one)."""
+    with path.open("rb") as handle:
+        return any(line.strip() for line in handle)

@@ -4,7 +4,8 @@ Answers are compared through :func:`metamod.tasks.grading.normalize_answer`, so 
 together and an unparsable answer (``None``) never votes. Ties between equally frequent answers are broken by a
 deterministic hash of ``(seed, question id, normalised answer)``: the tied answer with the smallest SHA-256 digest
 wins. That rule is independent of agent order (no debater is privileged) and is reproducible across runs,
-processes and machines (Python's ``hash`` is salted per process; SHA-256 is not).
+processes and machines (Python's ``hash`` is salted per process; SHA-256 is not). With ``tie_break="first"`` the
+tied answer given first in agent order wins instead (the rollout analysis and the warm-start heuristic use it).
 
 The returned answer is the original text of the first agent (in agent order) whose answer falls in the winning
 class, so the grader sees a real model answer rather than the normalised key.
@@ -25,6 +26,9 @@ import hashlib
 from collections.abc import Sequence
 
 from metamod.tasks.grading import normalize_answer
+
+#: tie rules of :func:`majority_answer`
+TIE_BREAKS = ("hash", "first")
 
 
 def _tie_key(seed: int, question_id: str, key: str) -> str:
@@ -64,8 +68,12 @@ def majority_answer(
     choices: Sequence[str] | None = None,
     seed: int = 0,
     question_id: str = "",
+    tie_break: str = "hash",
 ) -> str | None:
-    """The most frequent parsable answer; ties broken by the seeded hash rule of this module.
+    """The most frequent parsable answer; ties broken by the seeded hash rule of this module (or agent order).
+
+    This is THE majority vote of metamod: the evaluation's decision layers, the debate-dynamics summary
+    (:mod:`metamod.rollout.analysis`) and the warm-start targets (:mod:`metamod.train.sft`) all call it.
 
     Args:
         answers: extracted answers (``None`` for unparsable ones).
@@ -73,19 +81,32 @@ def majority_answer(
         choices: the options of a multiple-choice item.
         seed: the evaluation seed (part of the tie-break hash).
         question_id: the question's id (part of the tie-break hash).
+        tie_break: ``"hash"`` (the seeded rule above, independent of agent order) or ``"first"`` (the tied answer
+            given first in agent order wins: the lowest-index agent).
 
     Returns:
         The winning answer as one agent wrote it, or ``None`` when no answer is parsable.
 
+    Raises:
+        ValueError: an unknown ``tie_break``.
+
     >>> a = majority_answer(["3", "5"], kind="math", seed=0, question_id="q1")
     >>> a in {"3", "5"} and a == majority_answer(["5", "3"], kind="math", seed=0, question_id="q1")
     True
+    >>> majority_answer(["5", "3", "3.0", "5"], kind="math", tie_break="first")
+    '5'
+    >>> majority_answer(["(B)", "cat", "dog"], kind="mc", choices=["cat", "dog"], tie_break="first")
+    '(B)'
     """
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie_break must be one of {list(TIE_BREAKS)}, got {tie_break!r}")
     counts = vote_counts(answers, kind=kind, choices=choices)
     if not counts:
         return None
     best = max(count for count, _ in counts.values())
-    tied = [key for key, (count, _) in counts.items() if count == best]
+    tied = [key for key, (count, _) in counts.items() if count == best]  # in order of first appearance
+    if tie_break == "first":
+        return counts[tied[0]][1]
     winner = min(tied, key=lambda key: _tie_key(seed, question_id, key))
     return counts[winner][1]
 

@@ -35,7 +35,6 @@ True
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from abc import ABC, abstractmethod
@@ -43,6 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from metamod.errors import load_json
 from metamod.files import atomic_write_json
 from metamod.prompts import render
 from metamod.tasks.base import Example
@@ -199,10 +199,7 @@ class BaseMemory(ABC):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"Memory file not found: {path}")
-        try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"Memory file {path} is not valid JSON: {err}") from err
+        payload = load_json(path, what="metamod memory file (a JSON object)")
         if not isinstance(payload, dict) or payload.get("format") != FILE_FORMAT:
             raise ValueError(f"{path} is not a metamod memory file (expected 'format': {FILE_FORMAT!r})")
         if payload.get("version") != FILE_VERSION:

@@ -3,7 +3,9 @@
 Used to calibrate the simulated debaters against the paper's numbers and to describe any rollout (real or
 simulated): per-round agent accuracy and ``eta``, coverage, how often agents agree and how often that agreement is
 right, simple decision rules (majority at round t, stop at first consensus) and how often a correct answer that
-was present is lost by the end. Votes compare ``normalize_answer`` keys; correctness uses ``is_equivalent``.
+was present is lost by the end. Votes are :func:`metamod.evaluate.voting.majority_answer` (``tie_break="first"``:
+ties go to the lowest-index agent); eta and coverage come from :class:`metamod.rollout.stats.EtaTally`;
+correctness uses ``is_equivalent``.
 
 >>> from metamod.rollout.traces import example_trace
 >>> d = trace_dynamics([example_trace("a", answers=("4", "4")), example_trace("b", answers=("5", "5"))])
@@ -17,20 +19,9 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from metamod.evaluate.voting import majority_answer
+from metamod.rollout.stats import EtaTally
 from metamod.tasks.grading import is_equivalent, normalize_answer
-
-
-def _majority(answers: list[str | None], kind: str, choices: Any) -> str | None:
-    """Most common normalised answer; ties go to the answer of the lowest-index agent among the tied ones."""
-    keys = [normalize_answer(a, kind, choices) if a is not None else None for a in answers]
-    counts = Counter(k for k in keys if k is not None)
-    if not counts:
-        return None
-    best = max(counts.values())
-    for key, answer in zip(keys, answers, strict=True):
-        if key is not None and counts[key] == best:
-            return answer
-    return None
 
 
 def trace_dynamics(traces: Iterable[dict]) -> dict[str, Any]:
@@ -49,10 +40,12 @@ def trace_dynamics(traces: Iterable[dict]) -> dict[str, Any]:
         the best single round, chosen in hindsight) and ``questions``.
     """
     n = 0
-    correct, responses, eta, active, majority, consensus, consensus_right = (Counter() for _ in range(7))
-    covered = lost = misagg = consensus_stop = 0
-    for trace in traces:
+    correct, responses, majority, consensus, consensus_right = (Counter() for _ in range(5))
+    eta = EtaTally()
+    lost = misagg = consensus_stop = 0
+    for index, trace in enumerate(traces):
         n += 1
+        eta.add_trace(trace, key=index)
         gold, kind, choices = trace["gold"], trace["kind"], trace.get("choices")
 
         def right(answer: str | None) -> bool:
@@ -65,9 +58,7 @@ def trace_dynamics(traces: Iterable[dict]) -> dict[str, Any]:
             answers = [r["answer"] for r in rnd["responses"]]
             correct[t] += sum(right(a) for a in answers)
             responses[t] += len(answers)
-            eta[t] += rnd["eta"]
-            active[t] += 1
-            majority[t] += right(_majority(answers, kind, choices))
+            majority[t] += right(majority_answer(answers, kind=kind, choices=choices, tie_break="first"))
             keys = {normalize_answer(a, kind, choices) if a is not None else None for a in answers}
             if len(keys) == 1 and None not in keys:
                 consensus[t] += 1
@@ -75,25 +66,26 @@ def trace_dynamics(traces: Iterable[dict]) -> dict[str, Any]:
                 if not stopped:
                     stopped, stopped_answer = True, answers[0]
         last = trace["rounds"][-1]
-        last_majority = _majority([r["answer"] for r in last["responses"]], kind, choices)
+        last_answers = [r["answer"] for r in last["responses"]]
+        last_majority = majority_answer(last_answers, kind=kind, choices=choices, tie_break="first")
         if not stopped:
             stopped_answer = last_majority
         consensus_stop += right(stopped_answer)
         ever = any(r["eta"] for r in trace["rounds"])
-        covered += ever
         lost += ever and not last["eta"]
         misagg += ever and not right(last_majority)
 
     def rate(a: float, b: float) -> float | None:
         return round(a / b, 4) if b else None
 
+    active = eta.rows_by_round
     rounds = sorted(active)
     majority_rates = [rate(majority[t], active[t]) for t in rounds]
     return {
         "questions": n,
         "agent_accuracy_by_round": [rate(correct[t], responses[t]) for t in rounds],
-        "eta_rate_by_round": [rate(eta[t], active[t]) for t in rounds],
-        "coverage": rate(covered, n),
+        "eta_rate_by_round": eta.eta_rate_by_round(),
+        "coverage": eta.coverage(),
         "majority_accuracy_by_round": majority_rates,
         "consensus_rate_by_round": [rate(consensus[t], active[t]) for t in rounds],
         "consensus_precision_by_round": [rate(consensus_right[t], consensus[t]) for t in rounds],

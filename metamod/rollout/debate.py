@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from metamod.rollout.debaters import DebateRequest, DebaterGroup
+from metamod.rollout.stats import EtaTally
 from metamod.rollout.traces import SCHEMA_VERSION
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer, is_equivalent
@@ -53,9 +54,8 @@ class DebateStats:
         responses: debater responses produced.
         prompt_tokens / completion_tokens: token totals reported by the debaters.
         trimmed: prompts shortened to fit the context.
-        eta_by_round / active_by_round: debates with ``eta=1`` / debates active, per round.
+        eta: eta per round and coverage (:class:`~metamod.rollout.stats.EtaTally`, keyed by (id, position)).
         correct_by_round / responses_by_round: agent answers equivalent to gold / all answers, per round.
-        covered: debates with ``eta=1`` at some round.
         stop_reasons: finished debates per stop reason.
         elapsed_s: wall time spent inside the engine.
     """
@@ -67,16 +67,14 @@ class DebateStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     trimmed: int = 0
-    eta_by_round: list[int] = field(default_factory=list)
-    active_by_round: list[int] = field(default_factory=list)
+    eta: EtaTally = field(default_factory=EtaTally)
     correct_by_round: list[int] = field(default_factory=list)
     responses_by_round: list[int] = field(default_factory=list)
-    covered: int = 0
     stop_reasons: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
     def _grow(self, t: int) -> None:
-        for series in (self.eta_by_round, self.active_by_round, self.correct_by_round, self.responses_by_round):
+        for series in (self.correct_by_round, self.responses_by_round):
             while len(series) <= t:
                 series.append(0)
 
@@ -99,11 +97,11 @@ class DebateStats:
             "questions_per_s": round(self.questions / elapsed, 2),
             "debate_rounds_per_s": round(self.debate_rounds / elapsed, 2),
             "tokens_per_s": round((self.prompt_tokens + self.completion_tokens) / elapsed, 1),
-            "eta_rate_by_round": [rate(e, a) for e, a in zip(self.eta_by_round, self.active_by_round, strict=True)],
+            "eta_rate_by_round": self.eta.eta_rate_by_round(),
             "agent_accuracy_by_round": [
                 rate(c, n) for c, n in zip(self.correct_by_round, self.responses_by_round, strict=True)
             ],
-            "coverage": rate(self.covered, self.questions),
+            "coverage": self.eta.coverage(),
             "stop_reasons": dict(self.stop_reasons),
         }
 
@@ -348,8 +346,7 @@ def _run_chunk(
             trace["num_rounds"] = t + 1
             previous[d] = [r["text"] for r in round_responses]
             stats.debate_rounds += 1
-            stats.eta_by_round[t] += eta
-            stats.active_by_round[t] += 1
+            stats.eta.add((trace["id"], chunk[d].index), t, eta)
         stopped: set[int] = set()
         if stop_hook is not None:
             decisions = list(stop_hook(t, [traces[d] for d in active]))
@@ -367,7 +364,6 @@ def _run_chunk(
         if trace["stop_reason"] is None:
             trace["stop_reason"] = "max_rounds"
         stats.questions += 1
-        stats.covered += int(any(r["eta"] for r in trace["rounds"]))
         stats.stop_reasons[trace["stop_reason"]] = stats.stop_reasons.get(trace["stop_reason"], 0) + 1
     if bar is not None:
         bar.update(len(chunk))

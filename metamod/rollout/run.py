@@ -5,6 +5,10 @@ round-synchronous debate engine with simulated or LLM debaters and appends one t
 ``<output_dir>/traces.jsonl`` (``traces.shard-i-of-K.jsonl`` when sharded). Every line is flushed as it is written,
 so Ctrl-C or a crash leaves a readable file; rerunning the same command resumes, skipping finished ids. The
 resolved config and a summary (eta rate per round, coverage, throughput) are saved next to the traces.
+
+Nothing is written before every check passed (task options, debater backends, model folders). The settings are
+fingerprinted into ``.fingerprint.json`` (a rerun with other settings is refused, naming the keys) and the traces
+file is locked while it is written (``.lock``, one per shard), so two rollouts never write one file.
 """
 
 from __future__ import annotations
@@ -19,7 +23,19 @@ from typing import Any
 
 import yaml
 
-from metamod.config import ConfigError, config_to_dict, parse_config, save_resolved_config
+from metamod.config import (
+    FINGERPRINT_LOCK,
+    ConfigError,
+    check_fingerprint,
+    config_to_dict,
+    parse_config,
+    read_fingerprint,
+    record_fingerprint,
+    resume_settings,
+    save_resolved_config,
+    settings_fingerprint,
+)
+from metamod.files import LOCK_FILE, FolderLock, atomic_write_json, check_unlocked, path_signature
 from metamod.rollout.debate import DebateItem, DebateStats, run_debates
 from metamod.rollout.debater_factory import DebaterSpec, build_debater_groups
 from metamod.rollout.debaters import DebaterGroup
@@ -129,6 +145,12 @@ class RolloutConfig:
             raise ConfigError(f"num_agents must be >= 2 (a debate needs two debaters), got {self.num_agents}")
         if self.max_rounds < 1:
             raise ConfigError(f"max_rounds must be >= 1, got {self.max_rounds}")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.batch_questions < 1:
             raise ConfigError(f"batch_questions must be >= 1, got {self.batch_questions}")
         if self.shard_by not in ("hash", "position"):
@@ -237,19 +259,104 @@ def _task_stream(task_configs: list[TaskConfig]) -> Iterator[DebateItem]:
             position += 1
 
 
-def _check_resume(output_dir: Path, resolved: dict[str, Any]) -> None:
+# --------------------------------------------------------------------------------------------- resume and locking
+
+
+def lock_name(config: RolloutConfig) -> str:
+    """The writer lock of this run's traces file: ``.lock``, or one per shard (shards share a folder).
+
+    >>> lock_name(RolloutConfig(num_shards=4, shard_index=1))
+    '.lock.shard-1-of-4'
+    """
+    return LOCK_FILE if config.num_shards == 1 else f"{LOCK_FILE}.shard-{config.shard_index}-of-{config.num_shards}"
+
+
+def _model_signatures(config: RolloutConfig) -> dict[str, str]:
+    """Content signatures of the local model and adapter folders the debaters load (retrained in place: new)."""
+    signatures = {}
+    for spec in config.backend_specs() or []:
+        for key in ("model", "adapter"):
+            value = spec.get(key)
+            signature = path_signature(value) if isinstance(value, str) and value else None
+            if signature:
+                signatures[value] = signature
+    return signatures
+
+
+def rollout_settings(task_config: TaskConfig, config: RolloutConfig, sim_config: SimulationConfig) -> dict[str, Any]:
+    """The settings a rollout's traces depend on (hashed into ``.fingerprint.json``): the resolved config without
+    the resume-free keys, plus signatures of local model folders (``model_signatures``)."""
+    settings = resume_settings(config_to_dict(task_config, config, sim_config), _RESUME_FREE_KEYS)
+    signatures = _model_signatures(config)
+    if signatures:
+        settings["model_signatures"] = signatures
+    return settings
+
+
+def _has_traces(output_dir: Path) -> bool:
+    return output_dir.is_dir() and any(output_dir.glob("traces*.jsonl"))
+
+
+def _legacy_settings(output_dir: Path) -> dict[str, Any] | None:
+    """The saved config of a folder written before fingerprints (compared key by key), if any."""
     saved_path = output_dir / CONFIG_FILE
     if not saved_path.is_file():
-        return
-    saved = yaml.safe_load(saved_path.read_text()) or {}
-    differ = sorted(
-        k for k in set(saved) | set(resolved) if k not in _RESUME_FREE_KEYS and saved.get(k) != resolved.get(k)
+        return None
+    return resume_settings(yaml.safe_load(saved_path.read_text()) or {}, _RESUME_FREE_KEYS)
+
+
+def _check_resume(output_dir: Path, settings: dict[str, Any], *, overwrite: bool, record: bool = False) -> None:
+    check_fingerprint(
+        output_dir,
+        settings,
+        overwrite=overwrite,
+        outputs=_has_traces(output_dir),
+        legacy=_legacy_settings(output_dir),
+        ignore=() if record else ("model_signatures",),  # early: the tiny model may not be built yet
+        command="rollout",
+        what="debate traces",
     )
-    if differ:
-        raise ConfigError(
-            f"{output_dir} holds traces from a run with different settings ({', '.join(differ)}); resuming would mix "
-            "them. Use another output_dir, or overwrite=true to start over"
-        )
+
+
+def _claim(output_dir: Path, config: RolloutConfig, settings: dict[str, Any], traces_path: Path) -> FolderLock:
+    """Take this run's writer lock, check (or, with ``overwrite``, reset) the folder and record its fingerprint.
+
+    All of it happens under the folder's short fingerprint lock, so K shards started at once with
+    ``overwrite=true`` agree: the first one to come clears the folder (refusing while a writer with other
+    settings still runs in it) and records the new settings; the others then only restart their own file.
+    """
+    lock = FolderLock(output_dir, name=lock_name(config))
+    with FolderLock(output_dir, name=FINGERPRINT_LOCK, wait=True):
+        lock.acquire()
+        try:
+            saved = read_fingerprint(output_dir)
+            if config.overwrite:
+                if saved is None or saved.get("fingerprint") != settings_fingerprint(settings):
+                    _clear(output_dir, own_lock=lock.name)
+                traces_path.unlink(missing_ok=True)
+            _check_resume(output_dir, settings, overwrite=config.overwrite, record=True)
+            record_fingerprint(output_dir, settings, command="rollout")
+        except BaseException:
+            lock.release()
+            raise
+    return lock
+
+
+def _clear(output_dir: Path, *, own_lock: str) -> None:
+    """Delete every traces and summary file of ``output_dir``; refuses while another writer holds a lock in it."""
+    for other in sorted(output_dir.glob(f"{LOCK_FILE}*")):
+        if other.name not in (own_lock, FINGERPRINT_LOCK):
+            check_unlocked(output_dir, name=other.name)
+    for path in [*output_dir.glob("traces*.jsonl"), *output_dir.glob("summary*.json")]:
+        logger.info("overwrite: deleting %s", path)
+        path.unlink()
+
+
+def _check_tasks(task_configs: list[TaskConfig]) -> None:
+    """Load every task and read its first example, so bad task options fail before anything is written."""
+    for task_config in task_configs:
+        task = task_config.load()
+        next(iter(task.examples()), None)
 
 
 def rollout(
@@ -273,20 +380,37 @@ def rollout(
     task_configs = config.task_configs(task_config)
     output_dir = Path(config.output_dir)
     traces_path = output_dir / shard_filename(config.num_shards, config.shard_index)
-    resolved = config_to_dict(task_config, config, sim_config)
-    if config.overwrite and traces_path.exists():
-        traces_path.unlink()
-    if traces_path.exists() and not config.resume:
+    # ---- checks that write nothing: another writer, other settings, bad task options, bad models
+    check_unlocked(output_dir, name=lock_name(config))
+    if traces_path.exists() and not config.resume and not config.overwrite:
         raise ConfigError(f"{traces_path} exists; set resume=true to continue it or overwrite=true to start over")
-    if traces_path.exists():
-        _check_resume(output_dir, resolved)
+    if not config.overwrite:
+        _check_resume(output_dir, rollout_settings(task_config, config, sim_config), overwrite=False)
+    _check_tasks(task_configs)
     if config.tiny_model_dir:
         from metamod.llm.tiny import ensure_tiny_model
 
         ensure_tiny_model(config.tiny_model_dir)
     debaters = build_debaters(config, sim_config)  # fails early on bad backends / missing model folders
-    save_resolved_config(output_dir / CONFIG_FILE, task_config, config, sim_config)
+    # ---- the folder is ours from here on
+    lock = _claim(output_dir, config, rollout_settings(task_config, config, sim_config), traces_path)
+    try:
+        return _run(task_configs, config, debaters, traces_path, output_dir, stop_hook, task_config, sim_config)
+    finally:
+        lock.release()
 
+
+def _run(
+    task_configs: list[TaskConfig],
+    config: RolloutConfig,
+    debaters: list[DebaterGroup],
+    traces_path: Path,
+    output_dir: Path,
+    stop_hook: Any,
+    task_config: TaskConfig,
+    sim_config: SimulationConfig,
+) -> dict[str, Any]:
+    save_resolved_config(output_dir / CONFIG_FILE, task_config, config, sim_config)
     writer = TraceWriter(traces_path, resume=True)
     done = set(writer.done_ids)
     if done:
@@ -330,7 +454,7 @@ def rollout(
             "total_traces": len(writer.done_ids),
         }
         suffix = "" if config.num_shards == 1 else f".shard-{config.shard_index}-of-{config.num_shards}"
-        (output_dir / f"summary{suffix}.json").write_text(json.dumps(summary, indent=2) + "\n")
+        atomic_write_json(output_dir / f"summary{suffix}.json", summary, indent=2, sort_keys=False)
     return summary
 
 

@@ -21,20 +21,25 @@ agents only, with the shared grader.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metamod.config import ConfigError, parse_config, save_resolved_config
+from metamod.config import ConfigError, check_fingerprint, parse_config, save_resolved_config
+from metamod.errors import InputError, load_json
+from metamod.files import FolderLock, atomic_write_json, check_unlocked
 from metamod.rollout.state import moderator_messages
+from metamod.rollout.stats import eta_tally
 from metamod.rollout.traces import example_trace, read_traces, validate_trace  # noqa: F401 (example_trace: doctest)
 from metamod.tasks.grading import is_equivalent
 
 logger = logging.getLogger(__name__)
+
+SUMMARY_FILE = "build_summary.json"
+CONFIG_FILE = "build_dataset_config.yaml"
 
 COLUMNS = (
     "prompt",
@@ -173,16 +178,6 @@ def _trace_files(traces: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
     return files
 
 
-def _round_rates(rows: Iterable[dict]) -> tuple[list[float], int, int]:
-    eta: dict[int, list[int]] = {}
-    covered: dict[str, int] = {}
-    for row in rows:
-        eta.setdefault(row["round"], []).append(row["eta"])
-        covered[row["id"]] = max(covered.get(row["id"], 0), row["eta"])
-    rates = [round(sum(v) / len(v), 4) for _, v in sorted(eta.items())]
-    return rates, sum(covered.values()), len(covered)
-
-
 def build_dataset(
     traces_path: str | os.PathLike | Sequence[str | os.PathLike],
     output_dir: str | os.PathLike | None,
@@ -195,6 +190,8 @@ def build_dataset(
     push_to_hub: bool = False,
     repo_id: str | None = None,
     private: bool = True,
+    overwrite: bool = False,
+    config: Any = None,
 ):
     """Build the moderator dataset from traces and save it with ``save_to_disk``.
 
@@ -210,6 +207,9 @@ def build_dataset(
         push_to_hub: also push to the Hugging Face Hub under ``repo_id``.
         repo_id: Hub dataset repo (``user/name``), required with ``push_to_hub``.
         private: create the Hub repo as private.
+        overwrite: replace a dataset in ``output_dir`` that was built with other options or sources (otherwise
+            refused with the differing settings named; same settings: rebuilt in place).
+        config: the resolved command config, saved as ``build_dataset_config.yaml`` beside the dataset.
 
     Returns:
         ``datasets.DatasetDict`` with ``train`` and ``validation`` splits; ``.info_summary`` (a dict attribute)
@@ -232,6 +232,17 @@ def build_dataset(
     if push_to_hub and not repo_id:
         raise ValueError("push_to_hub needs repo_id (e.g. your-name/metamod-moderator-data)")
     files = _trace_files(traces_path)
+    options = dataset_options(
+        validation_fraction=validation_fraction,
+        seed=seed,
+        max_rounds=max_rounds,
+        single_template=single_template,
+        keep_agents=keep_agents,
+    )
+    if output_dir is not None:  # another writer or other settings: fail before reading the traces
+        check_unlocked(output_dir)
+        if not overwrite:
+            _check_dataset_resume(Path(output_dir), options, files, overwrite=False)
     splits: dict[str, list[dict]] = {"train": [], "validation": []}
     seen: set[str] = set()
     skipped: list[str] = []
@@ -268,6 +279,12 @@ def build_dataset(
         logger.warning("dropped %d duplicate trace id(s) across inputs", duplicates)
     if trimmed_rows:
         logger.info("kept the first %d agents' responses (eta re-graded) in %d row(s)", keep_agents, trimmed_rows)
+    if not seen:
+        why = f"{len(skipped)} without question or gold" if skipped else "the file(s) are empty"
+        raise InputError(
+            f"{', '.join(str(p) for p in files)}: 0 usable traces ({why}); expected at least 1 debate trace: run "
+            "`metamod rollout` first (or point --traces at its traces.jsonl)"
+        )
     # tiny sets: keep at least one validation question when a validation split was asked for
     if validation_fraction > 0 and not splits["validation"] and len(seen) >= 2 and first_by_hash is not None:
         moved = first_by_hash[1]
@@ -283,37 +300,69 @@ def build_dataset(
         }
     )
     all_rows = splits["train"] + splits["validation"]
-    rates, covered, questions = _round_rates(all_rows)
+    eta = eta_tally(all_rows)
     summary = {
-        "questions": questions,
+        "questions": eta.questions,
         "rows": {name: len(rows) for name, rows in splits.items()},
         "questions_by_split": {name: len({r["id"] for r in rows}) for name, rows in splits.items()},
-        "eta_rate_by_round": rates,
-        "coverage": round(covered / questions, 4) if questions else None,
+        "eta_rate_by_round": eta.eta_rate_by_round(),
+        "coverage": eta.coverage(),
         "simulated": any(r["simulated"] for r in all_rows),
         "skipped_ids": skipped,
         "duplicates": duplicates,
         "sources": [str(p) for p in files],
         "rows_with_agents_dropped": trimmed_rows,
-        "options": dataset_options(
-            validation_fraction=validation_fraction,
-            seed=seed,
-            max_rounds=max_rounds,
-            single_template=single_template,
-            keep_agents=keep_agents,
-        ),
+        "options": options,
     }
     if output_dir is not None:
         output_dir = Path(output_dir)
-        # one shard even for an empty split: datasets writes no file for 0 shards and cannot load it back
-        dataset.save_to_disk(
-            str(output_dir), num_shards={name: 1 if len(ds) == 0 else None for name, ds in dataset.items()}
-        )
-        (output_dir / "build_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        with FolderLock(output_dir):
+            _check_dataset_resume(output_dir, options, files, overwrite=overwrite, record=True)
+            # one shard even for an empty split: datasets writes no file for 0 shards and cannot load it back
+            dataset.save_to_disk(
+                str(output_dir), num_shards={name: 1 if len(ds) == 0 else None for name, ds in dataset.items()}
+            )
+            atomic_write_json(output_dir / SUMMARY_FILE, summary, indent=2, sort_keys=False)
+            if config is not None:
+                save_resolved_config(output_dir / CONFIG_FILE, config)
     if push_to_hub:
         dataset.push_to_hub(repo_id, private=private)
     dataset.info_summary = summary
     return dataset
+
+
+def dataset_settings(options: dict[str, Any], files: Sequence[Path]) -> dict[str, Any]:
+    """What a moderator dataset's rows depend on (its fingerprint): the build options, the traces files and the
+    prompts in effect (rows hold rendered moderator prompts). Traces that grew since are rebuilt, not refused.
+
+    >>> settings = dataset_settings(dataset_options(keep_agents=2), [Path("runs/x/traces.jsonl")])
+    >>> settings["keep_agents"], settings["sources"][0].endswith("x/traces.jsonl")
+    (2, True)
+    """
+    from metamod.prompts import prompts_record
+
+    record = {k: v for k, v in prompts_record().items() if k != "prompts_file"}
+    return {**options, "sources": [str(Path(p).resolve()) for p in files], **record}
+
+
+def _check_dataset_resume(
+    output_dir: Path, options: dict[str, Any], files: Sequence[Path], *, overwrite: bool, record: bool = False
+) -> None:
+    legacy = None
+    if (output_dir / SUMMARY_FILE).is_file():  # built before fingerprints: compare with the recorded options
+        saved = load_json(output_dir / SUMMARY_FILE, what="build summary (a JSON object)")
+        sources = [str(Path(p).resolve()) for p in saved.get("sources") or []]
+        legacy = {**(saved.get("options") or {}), "sources": sources}
+    check_fingerprint(
+        output_dir,
+        dataset_settings(options, files),
+        overwrite=overwrite,
+        record=record,
+        outputs=(output_dir / "dataset_dict.json").is_file(),
+        legacy=legacy,
+        command="build-dataset",
+        what="a moderator dataset",
+    )
 
 
 def dataset_options(
@@ -372,6 +421,10 @@ class DatasetConfig:
     push_to_hub: bool = field(default=False, metadata={"help": "Also push the dataset to the Hugging Face Hub."})
     repo_id: str | None = field(default=None, metadata={"help": "Hub dataset repo id (user/name) for push_to_hub."})
     private: bool = field(default=True, metadata={"help": "Create the Hub repo as private."})
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "Replace a dataset in output_dir built with other options or traces files (else refused)."},
+    )
 
     def __post_init__(self) -> None:
         if not self.traces:
@@ -400,8 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         push_to_hub=config.push_to_hub,
         repo_id=config.repo_id,
         private=config.private,
+        overwrite=config.overwrite,
+        config=config,
     )
-    save_resolved_config(Path(config.output_dir) / "build_dataset_config.yaml", config)
     s = dataset.info_summary
     label = " (simulated debates)" if s["simulated"] else ""
     print(f"moderator dataset{label} -> {config.output_dir}")

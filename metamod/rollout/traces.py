@@ -26,6 +26,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from metamod.files import JsonlWriter, iter_jsonl, repair_torn_tail  # repair_torn_tail: also imported from here
+
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -197,75 +199,12 @@ def read_traces(path: str | os.PathLike, *, validate: bool = True) -> Iterator[d
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Trace file not found: {path}")
-    with path.open("rb") as handle:
-        previous: tuple[int, bytes] | None = None
-        for number, raw in enumerate(handle, start=1):
-            if previous is not None:
-                yield _decode(path, *previous, last=False, validate=validate)
-            previous = (number, raw)
-        if previous is not None:
-            number, raw = previous
-            if not raw.endswith(b"\n"):
-                try:
-                    trace = json.loads(raw)
-                    if validate:
-                        validate_trace(trace, f"{path}:{number}")
-                except (json.JSONDecodeError, UnicodeDecodeError, TraceError) as err:
-                    logger.warning(
-                        "%s:%d: dropping a torn last line (%s); a rerun will redo that debate", path, number, err
-                    )
-                    return
-                yield trace
-            else:
-                trace = _decode(path, number, raw, last=True, validate=validate)
-                if trace is not None:
-                    yield trace
-
-
-def _decode(path: Path, number: int, raw: bytes, *, last: bool, validate: bool) -> dict | None:
-    text = raw.strip()
-    if not text:
-        if last:
-            return None
-        raise TraceError(f"{path}:{number}: empty line inside the trace file")
-    try:
-        trace = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        if last:
-            logger.warning("%s:%d: dropping a torn last line (%s); a rerun will redo that debate", path, number, err)
-            return None
-        raise TraceError(f"{path}:{number}: corrupt line in the middle of the file ({err}); fix or delete it") from err
-    if validate:
-        validate_trace(trace, f"{path}:{number}")
-    return trace
+    check = validate_trace if validate else None
+    for _, trace in iter_jsonl(path, check=check, error=TraceError, blank_lines="error"):
+        yield trace
 
 
 # --------------------------------------------------------------------------------------------- writing
-
-
-def repair_torn_tail(path: str | os.PathLike) -> int:
-    """Cut a torn last line off ``path`` (so appends start on a fresh line); returns the bytes removed."""
-    path = Path(path)
-    if not path.is_file():
-        return 0
-    data = path.read_bytes()
-    if not data:
-        return 0
-    keep = len(data)
-    if not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-    else:
-        last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
-        try:
-            json.loads(data[last_start:])
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            keep = last_start
-    removed = len(data) - keep
-    if removed:
-        with path.open("r+b") as handle:
-            handle.truncate(keep)
-        logger.warning("%s: removed a torn last line (%d bytes) before resuming", path, removed)
-    return removed
 
 
 class TraceWriter:
@@ -287,32 +226,31 @@ class TraceWriter:
 
     def __init__(self, path: str | os.PathLike, *, resume: bool = True, validate: bool = True) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.validate = validate
         self.done_ids: set[str] = set()
-        if resume and self.path.exists():
+        resume = resume and self.path.exists()
+        if resume:
             repair_torn_tail(self.path)
             self.done_ids = {t["id"] for t in read_traces(self.path, validate=False)}
-            mode = "a"
-        else:
-            mode = "w"
-        self._handle = self.path.open(mode, encoding="utf-8")
-        self.num_written = 0
+        self._writer = JsonlWriter(self.path, resume=resume)  # flush per line, fsync on sync()/close()
+
+    @property
+    def num_written(self) -> int:
+        return self._writer.num_written
 
     def write(self, trace: dict) -> None:
         """Append one trace and flush it to the OS (a crash after this call cannot lose it)."""
         if self.validate:
             validate_trace(trace, f"trace {trace.get('id')!r} for {self.path}")
-        self._handle.write(json.dumps(trace, ensure_ascii=False) + "\n")
-        self._handle.flush()
+        self._writer.write(trace)
         self.done_ids.add(trace["id"])
-        self.num_written += 1
+
+    def sync(self) -> None:
+        """``fsync`` the traces written so far (e.g. at the end of a batch)."""
+        self._writer.sync()
 
     def close(self) -> None:
-        if not self._handle.closed:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-            self._handle.close()
+        self._writer.close()
 
     def __enter__(self) -> TraceWriter:
         return self

@@ -7,11 +7,14 @@ classes in :mod:`metamod.tasks.benchmarks` map columns to :class:`~metamod.tasks
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from metamod.errors import InputError, decode_utf8, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -25,38 +28,70 @@ def _rows_to_table(rows: Sequence[dict[str, Any]], path: Path) -> Table:
     columns: dict[str, None] = {}
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise ValueError(f"{path}: row {index} is a {type(row).__name__}, expected a JSON object of column: value")
+            raise InputError(f"{path}: row {index} is a {type(row).__name__}, expected a JSON object of column: value")
         columns.update(dict.fromkeys(row))
     return {column: [row.get(column) for row in rows] for column in columns}
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            line = decode_utf8(raw, path, first_line=line_number)
             if not line.strip():
                 continue
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"{path}:{line_number}: not valid JSON ({err.msg}); expected one object per line"
+                raise InputError(
+                    f"{path}:{line_number}:{err.colno}: not valid JSON ({err.msg}); expected one JSON object per line"
                 ) from err
     return rows
 
 
 def _read_json(path: Path) -> list[dict[str, Any]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise InputError(
+            f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg}); expected a JSON list of rows"
+        ) from err
     if isinstance(data, dict):
         lists = [value for value in data.values() if isinstance(value, list)]
         if "data" in data and isinstance(data["data"], list):
             return data["data"]
         if len(lists) == 1:
             return lists[0]
-        raise ValueError(f"{path}: expected a JSON list of rows, or an object with one list of rows (e.g. 'data')")
+        raise InputError(f"{path}: expected a JSON list of rows, or an object with one list of rows (e.g. 'data')")
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
+        raise InputError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
     return data
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    rows = []
+    try:
+        for row in reader:
+            if None in row:  # more fields than the header names
+                raise InputError(
+                    f"{path}:{reader.line_num}: {len(reader.fieldnames or []) + len(row[None])} fields; expected "
+                    f"{len(reader.fieldnames or [])}, one per header column (quote values that contain commas)"
+                )
+            rows.append(row)
+    except csv.Error as err:
+        raise InputError(f"{path}:{reader.line_num}: not valid CSV ({err}); expected comma-separated values") from err
+    return rows
+
+
+def _read_parquet(path: Path) -> Table:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pydict()
+    except (pa.ArrowException, OSError) as err:
+        raise InputError(f"{path}: not a readable Parquet file ({err}); expected a .parquet table") from err
 
 
 def read_table(path: str | Path) -> Table:
@@ -70,7 +105,8 @@ def read_table(path: str | Path) -> Table:
 
     Raises:
         FileNotFoundError: when the file does not exist.
-        ValueError: for an unknown suffix or a malformed file (naming the file and line).
+        InputError: (a ``ValueError``) for an unknown suffix, or a file that does not decode as UTF-8 or parse
+            (naming the file and line).
     """
     path = Path(path)
     if not path.is_file():
@@ -81,13 +117,10 @@ def read_table(path: str | Path) -> Table:
     if suffix == ".json":
         return _rows_to_table(_read_json(path), path)
     if suffix == ".csv":
-        with path.open(encoding="utf-8", newline="") as handle:
-            return _rows_to_table(list(csv.DictReader(handle)), path)
+        return _rows_to_table(_read_csv(path), path)
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pydict()
-    raise ValueError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(FILE_FORMATS)}")
+        return _read_parquet(path)
+    raise InputError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(FILE_FORMATS)}")
 
 
 def load_hub_table(path: str, config: str | None, split: str) -> Table:

@@ -1,9 +1,13 @@
 """``metamod export``: a trained moderator adapter -> a shareable folder (adapter, tokenizer, model card), optional
-merged full weights, and an optional upload to the Hugging Face Hub.
+merged full weights, and an optional upload to the Hugging Face Hub (the upload itself: :mod:`metamod.train.hub`).
 
-Everything is checked before any work starts: the adapter folder (or the checkpoint to pick inside a training run),
-the base model, the results file, the dataset, the output folder and, for an upload, the Hub token and network
-mode.
+Everything is checked before any work starts: the adapter folder (or the checkpoint to pick inside a training run)
+and its weights (:func:`metamod.train.adapter_files.check_adapter`: the safetensors header reads, the tensor names
+are the LoRA A/B pairs of the configured target modules, the shapes carry the configured rank, the values are
+finite), the base model, the results file, the dataset, the output folder and, for an upload, the Hub token and network mode. The export is
+written into a hidden sibling folder and renamed into place at the end, so a failure (a merge that runs out of
+memory, a bad file) leaves no half-written folder and an ``--overwrite`` keeps the old export until the new one is
+complete.
 
 >>> cfg = ExportConfig(adapter="checkpoints/tiny", output_dir="exports/tiny")
 >>> cfg.merge, cfg.push_to_hub
@@ -12,8 +16,8 @@ mode.
 Traceback (most recent call last):
 ...
 ValueError: push_to_hub needs repo_id (e.g. --repo_id your-org/meta-moderator)
->>> checkpoint_step(Path("run/checkpoint-40"))
-40
+>>> resolve_base_model({"base_model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"})
+('Qwen/Qwen2.5-7B-Instruct', False)
 """
 
 from __future__ import annotations
@@ -21,20 +25,42 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import sys
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from metamod.config import ConfigError
+from metamod.train.adapter_files import (  # noqa: F401 (checkpoint_step, list_checkpoints: the old import path)
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    ADAPTER_WEIGHTS_BIN,
+    check_adapter,
+    checkpoint_step,
+    list_checkpoints,
+    read_adapter_config,
+    resolve_adapter_dir,
+)
+from metamod.train.hub import (  # noqa: F401 (PushResult, push_to_hub, upload_files: the old import path)
+    DEFAULT_COMMIT_MESSAGE,
+    REPO_ID,
+    HubUploadError,
+    PushResult,
+    check_hub_ready,
+    find_secrets,
+    human_size,
+    mask_tokens,
+    push_to_hub,
+    upload_files,
+)
+
 logger = logging.getLogger(__name__)
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-ADAPTER_WEIGHTS_BIN = "adapter_model.bin"
 TRAIN_SUMMARY = "train_summary.json"
 #: resolved-config file names looked for beside an adapter (then in its parent, for checkpoint-* folders)
 CONFIG_NAMES = (
@@ -56,12 +82,6 @@ TOKENIZER_FILES = (
     "chat_template.json",
 )
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-#: a Hub repo id: ``name`` or ``org/name``
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
-
-
-class HubUploadError(RuntimeError):
-    """The Hub upload cannot happen (no token, offline mode, no network, no write access); says what to do."""
 
 
 @dataclass
@@ -123,9 +143,7 @@ class ExportConfig:
         default=False,
         metadata={"help": "With --push_to_hub: export locally and list what would be uploaded, upload nothing."},
     )
-    commit_message: str = field(
-        default="Upload Meta-Moderator adapter (metamod export)", metadata={"help": "Hub commit message."}
-    )
+    commit_message: str = field(default=DEFAULT_COMMIT_MESSAGE, metadata={"help": "Hub commit message."})
 
     def __post_init__(self) -> None:
         if self.merge_dtype not in DTYPES:
@@ -134,7 +152,7 @@ class ExportConfig:
             self.merge = True
         if self.push_to_hub and not self.repo_id:
             raise ValueError("push_to_hub needs repo_id (e.g. --repo_id your-org/meta-moderator)")
-        if self.repo_id and not _REPO_ID.match(self.repo_id):
+        if self.repo_id and not REPO_ID.match(self.repo_id):
             raise ValueError(f"repo_id {self.repo_id!r} is not a Hub repo id; expected 'org/name' or 'name'")
         if self.dry_run and not self.push_to_hub:
             raise ValueError("dry_run previews a Hub upload; add --push_to_hub --repo_id org/name (or drop --dry_run)")
@@ -147,82 +165,6 @@ class ExportConfig:
 
 
 # ---------------------------------------------------------------- validation
-
-
-def checkpoint_step(path: Path) -> int:
-    """The step number of a ``checkpoint-<step>`` folder (-1 when the name has no number)."""
-    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
-    return int(match.group(1)) if match else -1
-
-
-def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
-    """``checkpoint-*`` sub-folders of ``run_dir`` that hold an adapter, oldest first."""
-    run_dir = Path(run_dir)
-    found = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and (p / ADAPTER_CONFIG).is_file()]
-    return sorted(found, key=checkpoint_step)
-
-
-def resolve_adapter_dir(adapter: str | os.PathLike, checkpoint: str | None = None) -> Path:
-    """Find the adapter folder to export and check that it is complete.
-
-    Args:
-        adapter: an adapter folder, or a training output dir holding ``checkpoint-*`` folders.
-        checkpoint: ``None`` (the adapter at the top of ``adapter``), ``"latest"``, ``"checkpoint-<step>"`` or
-            ``"<step>"``.
-
-    Returns:
-        The folder holding ``adapter_config.json`` and the adapter weights.
-
-    Raises:
-        FileNotFoundError: missing folder, missing ``adapter_config.json`` or weights, unknown checkpoint (the
-            message lists what exists and what to pass).
-    """
-    root = Path(adapter)
-    if not root.is_dir():
-        raise FileNotFoundError(f"adapter folder {root} does not exist (pass --adapter <metamod train output_dir>)")
-    checkpoints = list_checkpoints(root)
-    names = [p.name for p in checkpoints]
-    if checkpoint is not None and str(checkpoint) != "":
-        checkpoint = str(checkpoint)
-        if not checkpoints:
-            raise FileNotFoundError(
-                f"--checkpoint {checkpoint!r} given but {root} holds no checkpoint-* adapter folder"
-            )
-        if checkpoint == "latest":
-            chosen = checkpoints[-1]
-        else:
-            name = checkpoint if checkpoint.startswith("checkpoint-") else f"checkpoint-{checkpoint}"
-            if name not in names:
-                raise FileNotFoundError(f"checkpoint {name} not found in {root}; available: {', '.join(names)}")
-            chosen = root / name
-        logger.info("Exporting checkpoint %s", chosen)
-        root = chosen
-    elif not (root / ADAPTER_CONFIG).is_file():
-        if checkpoints:
-            raise FileNotFoundError(
-                f"{root} has no {ADAPTER_CONFIG} (no final adapter) but holds checkpoints {', '.join(names)}; pass "
-                f"--checkpoint latest (= {names[-1]}) or --adapter {checkpoints[-1]}"
-            )
-        present = sorted(p.name for p in root.iterdir())[:10]
-        raise FileNotFoundError(
-            f"{root} is not a PEFT adapter folder: {ADAPTER_CONFIG} is missing (found: {present or 'nothing'}). "
-            f"Pass the output_dir of `metamod train`, which holds {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS}."
-        )
-    if not (root / ADAPTER_WEIGHTS).is_file() and not (root / ADAPTER_WEIGHTS_BIN).is_file():
-        raise FileNotFoundError(f"{root} has {ADAPTER_CONFIG} but no adapter weights ({ADAPTER_WEIGHTS} is missing)")
-    return root
-
-
-def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
-    """``adapter_config.json`` as a dict (a clear error when it is not valid JSON)."""
-    path = adapter_dir / ADAPTER_CONFIG
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from err
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
-    return data
 
 
 def embedded_model_of(base: str):
@@ -264,7 +206,7 @@ def resolve_base_model(adapter_config: dict[str, Any], base_model: str | None = 
         return resolve_model_ref(name), True
     if Path(name).expanduser().exists():
         return name, True
-    if name.startswith(("/", "./", "../", "~", ".")) or "\\" in name or not _REPO_ID.match(name):
+    if name.startswith(("/", "./", "../", "~", ".")) or "\\" in name or not REPO_ID.match(name):
         raise FileNotFoundError(
             f"base model folder {name} (from {source}) no longer exists; pass --base_model with its new location "
             "or a Hub id"
@@ -299,12 +241,15 @@ def find_training_files(adapter_dir: Path) -> tuple[dict[str, Any], Path | None,
     return config, config_path, summary, summary_path
 
 
-def _prepare_output(output_dir: Path, adapter_dir: Path, overwrite: bool) -> None:
+def _check_output(output_dir: Path, adapter_dir: Path, overwrite: bool) -> None:
+    """Refuse an output folder that holds the adapter, or is not empty (without ``overwrite``, or not an export)."""
     out, src = output_dir.resolve(), adapter_dir.resolve()
     if out == src or out in src.parents:
         raise ValueError(
             f"output_dir {output_dir} would overwrite the adapter it exports ({adapter_dir}); choose another"
         )
+    if output_dir.exists() and not output_dir.is_dir():
+        raise FileExistsError(f"output_dir {output_dir} is a file; choose a folder")
     if output_dir.exists() and any(output_dir.iterdir()):
         if not overwrite:
             raise FileExistsError(
@@ -318,8 +263,42 @@ def _prepare_output(output_dir: Path, adapter_dir: Path, overwrite: bool) -> Non
                 f"refusing to delete {output_dir}: it is not empty and does not look like an earlier export (no "
                 f"README.md + {ADAPTER_CONFIG} or config.json); choose a new or empty --output_dir"
             )
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _staging_dir(target: Path) -> Path:
+    """A new hidden folder beside ``target`` (same file system, so moving it into place is a rename)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    staging.chmod(0o755)
+    return staging
+
+
+def _publish(staging: Path, target: Path) -> None:
+    """Move a complete ``staging`` folder to ``target``; what was at ``target`` (checked replaceable) goes after."""
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        target.rename(old / target.name)
+    try:
+        staging.rename(target)
+    except OSError:
+        if old is not None:  # put the earlier export back
+            (old / target.name).rename(target)
+            old.rmdir()
+        raise
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def _copy_training_file(path: Path, data: Mapping[str, Any], dst: Path) -> None:
+    """Copy a run's config / summary; any ``*_token`` value in it is masked (a Hub token never lands in an export)."""
+    masked = mask_tokens(dict(data))
+    if masked == dict(data):
+        shutil.copy2(path, dst)
+        return
+    logger.warning("%s holds a *_token value; the exported copy has it masked", path)
+    text = json.dumps(masked, indent=2) + "\n" if path.suffix == ".json" else yaml.safe_dump(masked, sort_keys=True)
+    dst.write_text(text)
 
 
 # ---------------------------------------------------------------- writing
@@ -365,14 +344,22 @@ def merge_adapter(
 ) -> Path:
     """Fold the adapter into the base weights and save a plain transformers model (+ tokenizer).
 
+    The adapter is checked first (:func:`check_adapter`); the merged model is written into a hidden sibling of
+    ``output_dir`` and renamed into place when complete, so a failed merge leaves no partial folder.
+
     Args:
         adapter_dir: the PEFT adapter folder.
         base_model: base model id or path.
-        output_dir: where to save the merged model.
+        output_dir: where to save the merged model (missing or empty).
         dtype: ``auto`` (the base's dtype) or ``float32`` / ``bfloat16`` / ``float16``.
 
     Returns:
         ``output_dir``, loadable with ``AutoModelForCausalLM.from_pretrained``.
+
+    Raises:
+        ConfigError: the adapter does not load.
+        FileExistsError: ``output_dir`` is not empty.
+        FileNotFoundError: the base model cannot be loaded.
     """
     import torch
     from peft import PeftModel
@@ -381,6 +368,9 @@ def merge_adapter(
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
     adapter_dir, output_dir = Path(adapter_dir), Path(output_dir)
+    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
+        raise FileExistsError(f"merge output {output_dir} exists and is not empty; choose a new or empty folder")
+    check_adapter(adapter_dir)
     try:
         base = AutoModelForCausalLM.from_pretrained(
             base_model, dtype="auto" if dtype == "auto" else getattr(torch, dtype)
@@ -391,9 +381,14 @@ def merge_adapter(
             "run where the Hub is reachable (HF_HUB_OFFLINE unset)"
         ) from err
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
-    output_dir.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(output_dir)
-    _write_tokenizer(adapter_dir, base_model, output_dir)
+    staging = _staging_dir(output_dir)
+    try:
+        merged.save_pretrained(staging)
+        _write_tokenizer(adapter_dir, base_model, staging)
+        _publish(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     logger.info("Merged %s into %s -> %s", adapter_dir, base_model, output_dir)
     return output_dir
 
@@ -420,6 +415,10 @@ def export_adapter(
     given; with ``merge`` also ``merged/`` (full weights + tokenizer). With ``merge_only`` the merged weights,
     tokenizer and card go straight into ``output_dir`` and no adapter files are written.
 
+    Nothing is written before every input is checked, the adapter's weights included (:func:`check_adapter`). The
+    export is built in a hidden sibling folder and renamed to ``output_dir`` when complete (an earlier export
+    there is only removed then); a file of it that holds a Hub token fails the export.
+
     Args:
         adapter_dir: adapter folder or training output dir (see :func:`resolve_adapter_dir`).
         output_dir: export folder (must be empty or missing unless ``overwrite``).
@@ -436,19 +435,20 @@ def export_adapter(
 
     Returns:
         ``output_dir``.
+
+    Raises:
+        ConfigError: the adapter does not load (names the file and what is wrong), or a file of the export holds a
+            Hub token.
+        FileNotFoundError, FileExistsError, ValueError: see the checks in docs/export.md.
     """
-    from metamod.train.model_card import (
-        build_model_card,
-        dataset_statistics,
-        load_results,
-        results_labels,
-        results_simulated,
-    )
+    from metamod.evaluate.results import load_results, results_labels, results_simulated
+    from metamod.train.model_card import build_model_card, dataset_statistics
 
     merge = merge or merge_only
     # ---- validate everything before writing anything
     adapter_dir = resolve_adapter_dir(adapter_dir, checkpoint)
     adapter_config = read_adapter_config(adapter_dir)
+    check_adapter(adapter_dir)
     base, base_is_local = resolve_base_model(adapter_config, base_model)
     card_base, card_base_is_local = base, base_is_local
     embedded = embedded_model_of(base)
@@ -473,181 +473,59 @@ def export_adapter(
             "--base_model <hub id> when the base is on the Hub.", base, repo_id
         )  # fmt: skip
     output_dir = Path(output_dir)
-    _prepare_output(output_dir, adapter_dir, overwrite)
+    _check_output(output_dir, adapter_dir, overwrite)
 
-    # ---- write
-    if not merge_only:
-        _copy_adapter(adapter_dir, output_dir, card_base, override_base=base_model is not None)
-        _write_tokenizer(adapter_dir, base, output_dir)
-    for path in (config_path, summary_path):
-        if path is not None:
-            shutil.copy2(path, output_dir / path.name)
-    if results_path:
-        shutil.copy2(results_path, output_dir / "results.json")
-    merged_dir = None
-    if merge:
-        merge_adapter(adapter_dir, base, output_dir if merge_only else output_dir / "merged", dtype=merge_dtype)
-        merged_dir = "." if merge_only else "merged"
-    card = build_model_card(
-        base_model=card_base,
-        adapter_config=adapter_config,
-        train_config=train_config,
-        train_summary=train_summary,
-        dataset_stats=stats,
-        results=results,
-        results_are_simulated=bool(results_path and results_simulated(results_path)),
-        results_labels=results_labels(results_path) if results_path else None,
-        adapter_ref=repo_id or str(output_dir.resolve()),
-        repo_id=repo_id,
-        merged_dir=merged_dir,
-        merged_only=merge_only,
-        license=license,
-        base_is_local=card_base_is_local,
-    )
-    card.save(output_dir / "README.md")
+    # ---- write into a hidden sibling folder, renamed to output_dir once complete
+    staging = _staging_dir(output_dir)
+    try:
+        merged_dir = None
+        if merge:  # first: with merge_only the merged model needs the still-empty folder
+            merge_adapter(adapter_dir, base, staging if merge_only else staging / "merged", dtype=merge_dtype)
+            merged_dir = "." if merge_only else "merged"
+        if not merge_only:
+            _copy_adapter(adapter_dir, staging, card_base, override_base=base_model is not None)
+            _write_tokenizer(adapter_dir, base, staging)
+        for path, data in ((config_path, train_config), (summary_path, train_summary)):
+            if path is not None:
+                _copy_training_file(path, data, staging / path.name)
+        if results_path:
+            shutil.copy2(results_path, staging / "results.json")
+        card = build_model_card(
+            base_model=card_base,
+            adapter_config=adapter_config,
+            train_config=train_config,
+            train_summary=train_summary,
+            dataset_stats=stats,
+            results=results,
+            results_are_simulated=bool(results_path and results_simulated(results_path)),
+            results_labels=results_labels(results_path) if results_path else None,
+            adapter_ref=repo_id or str(output_dir.resolve()),
+            repo_id=repo_id,
+            merged_dir=merged_dir,
+            merged_only=merge_only,
+            license=license,
+            base_is_local=card_base_is_local,
+        )
+        card.save(staging / "README.md")
+        secrets = find_secrets(staging, [_token_in_use()])
+        if secrets:
+            listed = ", ".join(f"{name} ({what})" for name, what in secrets)
+            raise ConfigError(
+                f"the export of {adapter_dir} would hold a Hub token: {listed}; remove it from the source"
+            )
+        _publish(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     logger.info("Exported %s -> %s", adapter_dir, output_dir)
     return output_dir
 
 
-# ---------------------------------------------------------------- Hub upload
-
-
-@dataclass
-class PushResult:
-    """What :func:`push_to_hub` uploaded (or, for a dry run, would upload)."""
-
-    repo_id: str
-    files: list[tuple[str, int]]
-    dry_run: bool
-    private: bool
-    url: str | None = None
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(size for _, size in self.files)
-
-    def describe(self) -> str:
-        """Human-readable listing (repo, each file with its size, total)."""
-        verb = "would upload" if self.dry_run else "uploaded"
-        lines = [f"{verb} {len(self.files)} files ({_human(self.total_bytes)}) to {self.repo_id}"
-                 + (" (private)" if self.private else "")]  # fmt: skip
-        lines += [f"  {_human(size):>10}  {name}" for name, size in self.files]
-        if self.url:
-            lines.append(f"commit: {self.url}")
-        return "\n".join(lines)
-
-
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GB"
-
-
-def upload_files(folder: str | os.PathLike) -> list[tuple[str, int]]:
-    """Files of ``folder`` an upload sends (relative POSIX paths, sizes), skipping hidden files and folders."""
-    folder = Path(folder)
-    files = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if path.is_file() and not any(part.startswith(".") for part in rel.parts):
-            files.append((rel.as_posix(), path.stat().st_size))
-    return files
-
-
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    env = any(
-        os.environ.get(k, "").upper() in {"1", "ON", "YES", "TRUE"} for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    )
-    return env or bool(constants.HF_HUB_OFFLINE)
-
-
-def check_hub_ready() -> str:
-    """Return the Hub token, or raise :class:`HubUploadError` saying how to get one / leave offline mode."""
+def _token_in_use() -> str | None:
+    """The Hub token ``huggingface_hub`` would use (env or ``hf auth login``), read locally; ``None`` when unset."""
     import huggingface_hub
 
-    token = huggingface_hub.get_token()
-    if not token:
-        raise HubUploadError(
-            "no Hugging Face token found: run `hf auth login` (or set HF_TOKEN to a token with write access), "
-            "then rerun; use --dry_run to preview the upload without a token"
-        )
-    if _offline():
-        raise HubUploadError(
-            "Hub offline mode is on (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1; metamod's Makefile and tests set "
-            "it): rerun with HF_HUB_OFFLINE=0 on a machine with network access, or copy the export folder there and "
-            "run `hf upload <repo_id> <folder>`"
-        )
-    return token
-
-
-def push_to_hub(
-    folder: str | os.PathLike,
-    repo_id: str,
-    *,
-    private: bool = False,
-    dry_run: bool = False,
-    commit_message: str = "Upload Meta-Moderator adapter (metamod export)",
-) -> PushResult:
-    """Upload an export folder to a Hub model repo (created if missing).
-
-    Args:
-        folder: the export folder (from :func:`export_adapter`).
-        repo_id: ``org/name`` (or ``name`` under your account).
-        private: create the repo as private.
-        dry_run: list the files and sizes that would be uploaded; contact nothing, upload nothing.
-        commit_message: the Hub commit message.
-
-    Returns:
-        A :class:`PushResult` (``url`` is the commit URL after a real upload).
-
-    Raises:
-        HubUploadError: no token, offline mode, no network, or the Hub refused (with what to do).
-        FileNotFoundError: ``folder`` is missing or empty.
-    """
-    folder = Path(folder)
-    if not _REPO_ID.match(repo_id or ""):
-        raise ValueError(f"repo_id {repo_id!r} is not a Hub repo id; expected 'org/name' or 'name'")
-    files = upload_files(folder) if folder.is_dir() else []
-    if not files:
-        raise FileNotFoundError(f"nothing to upload: {folder} is missing or empty (run the export first)")
-    result = PushResult(repo_id=repo_id, files=files, dry_run=dry_run, private=private)
-    if dry_run:
-        logger.info("Dry run: %d files for %s, nothing uploaded", len(files), repo_id)
-        return result
-    token = check_hub_ready()
-
-    import httpx
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError
-
-    api = HfApi(token=token)
-    try:
-        api.create_repo(repo_id, private=private, repo_type="model", exist_ok=True)
-        commit = api.upload_folder(
-            repo_id=repo_id,
-            folder_path=str(folder),
-            repo_type="model",
-            commit_message=commit_message,
-            ignore_patterns=[".*", "*/.*"],
-        )
-    except HfHubHTTPError as err:
-        raise HubUploadError(
-            f"the Hub refused the upload to {repo_id} ({err}); check that your token has write access to that "
-            "namespace (`hf auth whoami`)"
-        ) from err
-    except (httpx.HTTPError, OSError) as err:
-        raise HubUploadError(
-            f"could not reach the Hugging Face Hub ({type(err).__name__}: {err}); check the network (or proxy) and "
-            "rerun, or copy the export folder to a machine with access and run `hf upload <repo_id> <folder>`"
-        ) from err
-    result.url = getattr(commit, "commit_url", None) or str(commit)
-    logger.info("Uploaded %s to %s", folder, repo_id)
-    return result
+    return huggingface_hub.get_token()
 
 
 # ---------------------------------------------------------------- CLI
@@ -678,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"exported to {out}")
         for name, size in upload_files(out):
-            print(f"  {_human(size):>10}  {name}")
+            print(f"  {human_size(size):>10}  {name}")
         if cfg.push_to_hub:
             result = push_to_hub(
                 out, cfg.repo_id, private=cfg.private, dry_run=cfg.dry_run, commit_message=cfg.commit_message

@@ -117,6 +117,13 @@ class ModeratorGRPOConfig(GRPOConfig):
             "GPU configs still start on a CPU machine. use_vllm is never switched off: it fails instead."
         },
     )
+    overwrite: bool = field(
+        default=False,
+        metadata={
+            "help": "Start over in an output_dir that holds a run with other settings: delete its checkpoints, warm "
+            "start, samples and summary (without it such a folder is refused)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.output_dir is None:
@@ -143,6 +150,13 @@ class ModeratorGRPOConfig(GRPOConfig):
             raise ValueError(f"dataset_validation_fraction must be in [0, 1), got {self.dataset_validation_fraction}")
         if self.dataset_keep_agents is not None and self.dataset_keep_agents < 1:
             raise ValueError(f"dataset_keep_agents must be >= 1 or null (all agents), got {self.dataset_keep_agents}")
+        for name in ("max_train_examples", "warm_start_max_examples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or null (all rows), got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         super().__post_init__()
         if isinstance(self.resume_from_checkpoint, str) and self.resume_from_checkpoint.lower() in ("false", "none"):
             self.resume_from_checkpoint = None
@@ -273,6 +287,30 @@ def record_base_alias(adapter_dir: str | Path, model_name_or_path: str) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+def refuse_hub_token(args: ModeratorGRPOConfig) -> None:
+    """Refuse ``hub_token``: the Trainer pickles its arguments, token included, into every ``training_args.bin``.
+
+    Those files sit in the run folder and in each checkpoint, and ``push_to_hub`` uploads them, so a token passed
+    here would be published. ``huggingface_hub`` finds the token on its own (``hf auth login`` or ``HF_TOKEN``)
+    and keeps it out of every file.
+
+    >>> args = ModeratorGRPOConfig(dataset_path="d", per_device_train_batch_size=4, num_generations=2,
+    ...                            report_to="none", hub_token="hf_x")
+    >>> try:
+    ...     refuse_hub_token(args)
+    ... except ValueError as err:  # metamod's ConfigError
+    ...     print(str(err).split(";")[1].strip())
+    drop it and log in with `hf auth login` or set HF_TOKEN instead
+    """
+    from metamod.config import ConfigError
+
+    if args.hub_token:
+        raise ConfigError(
+            "--hub_token would be written into training_args.bin (in the run folder and every checkpoint, which "
+            "push_to_hub uploads); drop it and log in with `hf auth login` or set HF_TOKEN instead"
+        )
+
+
 def prepare_dataset(args: ModeratorGRPOConfig) -> None:
     """Build ``dataset_path`` from ``build_dataset_config`` when it is missing (saying so in the log).
 
@@ -295,10 +333,102 @@ def prepare_dataset(args: ModeratorGRPOConfig) -> None:
     common.build_missing_dataset(args.dataset_path, rollout_config=args.build_dataset_config, **options)
 
 
+# ---------------------------------------------------------------- resume fingerprint and folder lock
+
+#: options that change nothing in the trained adapter (logging, saving, pushing, evaluation, workers), and the run
+#: length: a run may be resumed from its checkpoint to train longer (``--max_steps 60 --resume_from_checkpoint true``)
+_TRAIN_FREE_KEYS = frozenset(
+    {
+        "output_dir", "overwrite", "resume_from_checkpoint", "max_steps", "num_train_epochs", "build_dataset_config", "prompts_file", "run_name",
+        "project", "report_to", "logging_dir", "logging_steps", "logging_first_step", "logging_strategy",
+        "logging_nan_inf_filter", "log_level", "log_level_replica", "log_on_each_node", "disable_tqdm",
+        "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "save_steps", "save_strategy",
+        "save_total_limit", "save_on_each_node", "save_only_model", "push_to_hub", "hub_model_id", "hub_strategy",
+        "hub_private_repo", "hub_always_push", "hub_revision", "hub_token", "sample_log_steps", "sample_log_count",
+        "log_completions", "log_completions_hub_repo", "num_completions_to_print", "log_unique_prompts",
+        "log_multimodal", "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_prefetch_factor",
+        "dataloader_pin_memory", "local_rank", "do_train", "do_eval", "do_predict", "eval_strategy", "eval_steps",
+        "eval_delay", "eval_on_start", "per_device_eval_batch_size", "eval_accumulation_steps",
+        "skip_memory_metrics", "include_num_input_tokens_seen", "ddp_timeout",
+    }
+)  # fmt: skip
+#: what a run folder holds that a rerun would reuse or mix (overwrite deletes these)
+_RUN_OUTPUTS = ("checkpoint-*", WARM_START_DIR, SAMPLES_FILE, SUMMARY_FILE, "trainer_state.json")
+
+
+def is_main_process() -> bool:
+    """Rank 0 of an ``accelerate launch`` / ``torchrun`` job (or a plain process): the one that locks the folder."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def train_settings(
+    args: ModeratorGRPOConfig,
+    model_args: ModeratorModelConfig,
+    tiny_args: TinyModelConfig | None = None,
+    *,
+    model_path: str | None = None,
+) -> dict[str, Any]:
+    """The settings a run's adapter depends on (``output_dir/.fingerprint.json``): every option except
+    :data:`_TRAIN_FREE_KEYS`, plus signatures of a local dataset folder and base-model folder."""
+    from metamod.config import config_to_dict, resume_settings
+    from metamod.files import path_signature
+
+    settings = resume_settings(config_to_dict(model_args, tiny_args, args), _TRAIN_FREE_KEYS)
+    dataset = path_signature(args.dataset_path, depth=1) if args.dataset_path else None
+    if dataset:
+        settings["dataset_signature"] = dataset
+    model = path_signature(model_path) if model_path else None
+    if model:
+        settings["model_signature"] = model
+    return settings
+
+
+def _has_run_outputs(output_dir: Path) -> bool:
+    return output_dir.is_dir() and any(any(output_dir.glob(p)) for p in (*_RUN_OUTPUTS, "adapter_config.json"))
+
+
+def check_run_folder(args: ModeratorGRPOConfig, settings: dict[str, Any], *, record: bool = False) -> None:
+    """Refuse an output_dir holding a run with other settings (``record``: also write our fingerprint).
+
+    Without ``record`` (the early check, before the dataset is built and the model prepared) the dataset and
+    model signatures are not compared yet.
+    """
+    import yaml
+
+    from metamod.config import check_fingerprint, resume_settings
+
+    output_dir = Path(args.output_dir)
+    saved = output_dir / CONFIG_FILE
+    legacy = resume_settings(yaml.safe_load(saved.read_text()) or {}, _TRAIN_FREE_KEYS) if saved.is_file() else None
+    check_fingerprint(
+        output_dir,
+        settings,
+        overwrite=args.overwrite,
+        record=record,
+        outputs=_has_run_outputs(output_dir),
+        legacy=legacy,
+        ignore=() if record else ("dataset_signature", "model_signature"),
+        command="train",
+        what="a training run (checkpoints, warm start, adapter)",
+    )
+
+
+def _clear_run_folder(output_dir: Path) -> None:
+    import shutil
+
+    for pattern in _RUN_OUTPUTS:
+        for path in output_dir.glob(pattern):
+            logger.info("overwrite: deleting %s", path)
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
 def train(
     *, args: ModeratorGRPOConfig, model_args: ModeratorModelConfig, tiny_args: TinyModelConfig | None = None
 ) -> dict[str, Any]:
     """Run GRPO (with an optional warm start) and return the run summary (also written to train_summary.json).
+
+    The run folder is locked by the main process (a second writer fails at once, naming the holder) and
+    fingerprinted: a rerun with other settings is refused before any work unless ``overwrite``.
 
     Args:
         args: trainer, data, reward and logging options.
@@ -307,14 +437,32 @@ def train(
 
     Returns:
         The summary dict (steps, time, first/last logged rewards, paths).
+
+    Raises:
+        FolderLockedError: another process writes to ``output_dir``.
+        SettingsMismatchError: ``output_dir`` holds a run with other settings (the keys are named).
     """
+    from metamod.files import FolderLock
+
+    lock = FolderLock(args.output_dir)
+    try:
+        return _train(args=args, model_args=model_args, tiny_args=tiny_args, lock=lock)
+    finally:
+        lock.release()
+
+
+def _train(
+    *, args: ModeratorGRPOConfig, model_args: ModeratorModelConfig, tiny_args: TinyModelConfig | None, lock: Any
+) -> dict[str, Any]:
+    """The body of :func:`train`; the main process takes ``lock`` just before the first file lands."""
     from transformers import AutoTokenizer
     from trl import GRPOTrainer, get_peft_config
 
     from metamod.config import save_resolved_config
 
     started = time.time()
-    # ---- cheap checks first: rewards, environment, data, model
+    # ---- cheap checks first: secrets, rewards, environment, data, model
+    refuse_hub_token(args)
     reward_funcs, weights = get_reward_funcs(args.reward_funcs, args.reward_weights)
     args.reward_weights = weights
     if args.use_vllm:
@@ -322,6 +470,17 @@ def train(
 
         if not is_vllm_available():
             raise ImportError("use_vllm=true needs vLLM: pip install -e '.[vllm]' (on a CUDA node)")
+    if is_main_process():  # another writer or other settings: fail before building data or loading models
+        from metamod.files import check_unlocked
+
+        check_unlocked(args.output_dir)
+        if args.overwrite and args.resume_from_checkpoint:
+            from metamod.config import ConfigError
+
+            raise ConfigError(
+                "overwrite=true deletes the checkpoints that resume_from_checkpoint would resume from; drop one"
+            )
+        check_run_folder(args, train_settings(args, model_args, tiny_args))
     prepare_dataset(args)
     train_ds = common.load_split(args.dataset_path, args.dataset_train_split)
     common.check_columns(train_ds, where=f"{args.dataset_path}[{args.dataset_train_split}]")
@@ -343,6 +502,11 @@ def train(
         eval_ds = common.drop_long_prompts(eval_ds, tokenizer, args.max_prompt_tokens, where="eval split")
 
     output_dir = Path(args.output_dir)
+    if is_main_process():  # the folder is ours from here on
+        lock.acquire()
+        if args.overwrite:
+            _clear_run_folder(output_dir)
+        check_run_folder(args, train_settings(args, model_args, tiny_args, model_path=model_path), record=True)
     output_dir.mkdir(parents=True, exist_ok=True)
     save_resolved_config(output_dir / CONFIG_FILE, model_args, tiny_args, args)
     _setup_trackers(args)
@@ -404,7 +568,9 @@ def train(
         warm_start_targets=args.warm_start_targets if args.warm_start else None,
     )
     if trainer.accelerator.is_main_process:
-        (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        from metamod.files import atomic_write_json
+
+        atomic_write_json(output_dir / SUMMARY_FILE, summary, indent=2, sort_keys=False)
     return summary
 
 

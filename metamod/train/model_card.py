@@ -3,7 +3,9 @@
 The card is a ``huggingface_hub.ModelCard`` rendered from ``model_card_template.md`` (a Jinja template beside this
 module) with YAML metadata from ``ModelCardData``. Everything variable is computed here from files on disk: the
 adapter's ``adapter_config.json``, the resolved training config and ``train_summary.json`` saved by
-``metamod train``, the moderator dataset (eta statistics) and an optional lm-eval-like ``results.json``.
+``metamod train``, the moderator dataset (eta statistics, counted by :class:`metamod.rollout.stats.EtaTally`) and an
+optional lm-eval-like ``results.json`` (read by :mod:`metamod.evaluate.results`). Reward descriptions come from the
+rewards registry (:data:`metamod.rewards.REWARDS`: each reward's docstring).
 
 >>> print(markdown_table(["a", "b"], [[1, "x"]]))
 | a | b |
@@ -17,34 +19,21 @@ adapter's ``adapter_config.json``, the resolved training config and ``train_summ
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
 import math
 import os
 import re
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from metamod.evaluate.results import load_results, results_labels, results_simulated  # noqa: F401 (old import path)
 
 logger = logging.getLogger(__name__)
 
 TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")
 BASE_TAGS = ["meta-moderator", "grpo", "lora", "trl", "multi-agent-debate"]
-
-#: reward name (``reward_funcs`` config key) -> what it pays, in the card's words
-REWARD_DESCRIPTIONS: dict[str, str] = {
-    "format": "**format** (R_fmt): 1 for a well-formed decision (`CONTINUE` alone, or `STOP` plus exactly one "
-    "non-empty `<answer>` span and nothing else), 0.5 for `STOP` without a properly delimited answer span, 0 "
-    "otherwise (and 0 for `CONTINUE` on a forced last-round prompt).",
-    "format_strict": "**format_strict** (R_fmt, strict variant): as the paper's format reward, but only a bare "
-    "`STOP` earns the 0.5 partial credit (`STOP` followed by other text without a span gets 0).",
-    "control": "**control** (R_ctrl): 1 for `STOP` when at least one debater's answer at that round already "
-    "matches the gold answer (eta = 1), 1 for `CONTINUE` when none does (eta = 0), 0 otherwise; not applied on "
-    "the forced last round. Gold is used only for this offline reward, never shown to the moderator.",
-    "answer": "**answer** (optional adjudication reward): 1 when `STOP` carries an answer equivalent to gold under "
-    "the same grader the evaluation uses, 0 for a wrong or missing answer.",
-}
 
 #: (config key, label) pairs shown in the GRPO table, in order; missing keys are skipped
 GRPO_KEYS: list[tuple[str, str]] = [
@@ -119,60 +108,6 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 # ---------------------------------------------------------------- evaluation results
 
 
-def load_results(path: str | os.PathLike) -> dict[str, dict[str, dict[str, Any]]]:
-    """Read an lm-eval-like ``results.json``: ``results[task][method][metric]`` (``*_stderr`` twins optional).
-
-    A file whose top level has a ``"results"`` mapping (the lm-eval layout, with ``"config"`` etc. beside it) is
-    accepted too; only that mapping is returned.
-
-    Args:
-        path: the JSON file.
-
-    Returns:
-        ``{task: {method: {metric: value}}}``.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: not JSON, or not that shape (the message names the offending entry).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"results file not found: {path} (pass the results.json written by `metamod eval`)")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"results file {path} is not valid JSON: {err}") from err
-    if isinstance(data, dict) and isinstance(data.get("results"), dict):
-        data = data["results"]
-    if not isinstance(data, dict) or not data:
-        raise ValueError(f"results file {path} must map task -> method -> metric -> value; got {type(data).__name__}")
-    for task, methods in data.items():
-        if not isinstance(methods, dict):
-            raise ValueError(f"results file {path}: results[{task!r}] must map method -> metrics, got {methods!r}")
-        for method, metrics in methods.items():
-            if not isinstance(metrics, dict):
-                raise ValueError(
-                    f"results file {path}: results[{task!r}][{method!r}] must map metric -> value, got {metrics!r}"
-                )
-    return data
-
-
-def results_labels(path: str | os.PathLike) -> dict[str, str]:
-    """Method display names from a ``results.json`` written by ``metamod eval`` (``{}`` when absent)."""
-    data = json.loads(Path(path).read_text())
-    labels = data.get("labels") if isinstance(data, dict) else None
-    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
-
-
-def results_simulated(path: str | os.PathLike) -> bool:
-    """Whether a results file says it came from simulated debaters (top-level or ``config`` ``simulated`` flag)."""
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict):
-        return False
-    config = data.get("config") if isinstance(data.get("config"), dict) else {}
-    return bool(data.get("simulated") or config.get("simulated") or config.get("debaters") == "simulated")
-
-
 def results_table(
     results: Mapping[str, Mapping[str, Mapping[str, Any]]],
     metrics: Sequence[str] | None = None,
@@ -237,13 +172,14 @@ def dataset_statistics(dataset_path: str | os.PathLike) -> dict[str, Any]:
     """
     from datasets import Dataset, DatasetDict, load_from_disk
 
+    from metamod.rollout.stats import EtaTally
+
     path = Path(dataset_path)
     if not path.exists():
         raise FileNotFoundError(f"dataset_path {path} does not exist (pass the folder written by build-dataset)")
-    loaded = load_from_disk(str(path))
+    loaded = load_from_disk(str(path))  # memory-mapped; only the label columns below are read
     splits: dict[str, Dataset] = dict(loaded) if isinstance(loaded, DatasetDict) else {"train": loaded}
-    by_round: dict[int, list[int]] = defaultdict(list)
-    covered: dict[str, bool] = {}
+    tally = EtaTally()
     simulated = False
     tasks: set[str] = set()
     for name, split in splits.items():
@@ -253,28 +189,28 @@ def dataset_statistics(dataset_path: str | os.PathLike) -> dict[str, Any]:
                 f"dataset {path} split {name!r} lacks column(s) {missing}; columns are {split.column_names}. "
                 "Pass a dataset written by `metamod build-dataset`."
             )
-        cols = split.select_columns([c for c in ("eta", "round", "id", "simulated", "task") if c in split.column_names])
-        for row in cols:
-            eta = int(row["eta"])
-            by_round[int(row["round"])].append(eta)
-            qid = f"{name}/{row['id']}"
-            covered[qid] = covered.get(qid, False) or eta == 1
-            simulated = simulated or bool(row.get("simulated", False))
-            if row.get("task"):
-                tasks.add(str(row["task"]))
-    all_eta = [e for values in by_round.values() for e in values]
+        for qid, rnd, eta in zip(split["id"], split["round"], split["eta"], strict=True):
+            tally.add(f"{name}/{qid}", rnd, eta)
+        if "simulated" in split.column_names:
+            simulated = simulated or any(bool(v) for v in split["simulated"])
+        if "task" in split.column_names:
+            tasks.update(str(t) for t in split["task"] if t)
     return {
         "path": str(path),
         "splits": {name: len(split) for name, split in splits.items()},
-        "rows": len(all_eta),
-        "questions": len(covered),
-        "eta_rate": sum(all_eta) / len(all_eta) if all_eta else float("nan"),
-        "eta_rate_per_round": {r: sum(v) / len(v) for r, v in sorted(by_round.items())},
-        "rows_per_round": {r: len(v) for r, v in sorted(by_round.items())},
-        "coverage": sum(covered.values()) / len(covered) if covered else float("nan"),
+        "rows": tally.rows,
+        "questions": tally.questions,
+        "eta_rate": _or_nan(tally.eta_rate(digits=None)),
+        "eta_rate_per_round": tally.eta_rate_per_round(digits=None),
+        "rows_per_round": dict(sorted(tally.rows_by_round.items())),
+        "coverage": _or_nan(tally.coverage(digits=None)),
         "simulated": simulated,
         "tasks": sorted(tasks),
     }
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def data_section(stats: Mapping[str, Any] | None, *, dataset_ref: str | None = None) -> str:
@@ -318,17 +254,44 @@ def data_section(stats: Mapping[str, Any] | None, *, dataset_ref: str | None = N
 # ---------------------------------------------------------------- settings
 
 
+def reward_description(name: str) -> str:
+    """What a reward pays, from the rewards registry: the first paragraph of the registered callable's docstring.
+
+    A dotted-path reward (``package.module:attr``) is described by its own docstring when it imports; otherwise,
+    or without a docstring, the text says it is a custom reward.
+
+    >>> reward_description("control")
+    'R_ctrl: 1 for `STOP` when `eta` is 1, 1 for `CONTINUE` when `eta` is 0, else 0.'
+    """
+    from metamod.registry import resolve
+    from metamod.rewards import REWARDS
+
+    try:
+        func = resolve(REWARDS, str(name), what="reward")
+    except KeyError:
+        func = None
+    doc = (inspect.getdoc(func) or "") if func is not None and not isinstance(func, type) else ""
+    summary = " ".join(doc.split("\n\n", 1)[0].split())
+    return summary.replace("``", "`") if summary else f"a custom reward (`{name}`)."
+
+
 def reward_section(train_config: Mapping[str, Any]) -> str:
-    """Bullet list of the rewards named by ``reward_funcs`` (default: format + control) with their weights."""
-    names = train_config.get("reward_funcs") or ["format", "control"]
+    """Bullet list of the rewards named by ``reward_funcs`` (default: the registry's) with their weights.
+
+    >>> print(reward_section({"reward_funcs": ["format_strict"], "reward_weights": [2.0]}).splitlines()[0])
+    - **format_strict**: R_fmt with the partial credit for `STOP` ALONE only (`STOP` + text without a span gets 0). Weight 2.
+    """
+    from metamod.rewards import DEFAULT_REWARDS
+
+    names = train_config.get("reward_funcs") or list(DEFAULT_REWARDS)
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     weights = train_config.get("reward_weights") or [1.0] * len(names)
     lines = []
     for i, name in enumerate(names):
         weight = weights[i] if i < len(weights) else 1.0
-        text = REWARD_DESCRIPTIONS.get(str(name), f"**{name}**: a custom reward (`{name}`).")
-        lines.append(f"- {text} Weight {_fmt(float(weight))}.")
+        lines.append(f"- **{name}**: {reward_description(str(name))} Weight {_fmt(float(weight))}.")
+    lines += ["", "Labels a reward reads (`eta`, `gold`) are offline training data; the moderator never sees them."]
     return "\n".join(lines)
 
 
@@ -391,7 +354,7 @@ def build_model_card(
     dataset_stats: Mapping[str, Any] | None = None,
     results: Mapping[str, Any] | None = None,
     results_are_simulated: bool = False,
-    results_labels: Mapping[str, str] | None = None,
+    results_labels: Mapping[str, str] | None = None,  # noqa: F811 (the parameter, not the reader imported above)
     adapter_ref: str = ".",
     repo_id: str | None = None,
     merged_dir: str | None = None,

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,31 +50,35 @@ logger = logging.getLogger(__name__)
 WARM_START_DIR = "warm_start"
 
 
-def heuristic_target(answers: Sequence[str | None], kind: str, *, is_final_round: bool) -> str | None:
+def heuristic_target(
+    answers: Sequence[str | None], kind: str, *, is_final_round: bool, choices: Sequence[str] | None = None
+) -> str | None:
     """The heuristic moderator's output for one round (see the module docstring).
+
+    Agreement and the majority are :func:`metamod.evaluate.voting.all_agree` and
+    :func:`metamod.evaluate.voting.majority_answer` (ties: the lowest-index agent), so a multiple-choice answer
+    given as option text (``"dog"``) votes with its letter (``"(B)"``) when ``choices`` is passed.
 
     Args:
         answers: each debater's extracted answer (``None`` when unparsable), in agent order.
         kind: the answer kind, for normalisation.
         is_final_round: whether this is the forced-answer round.
+        choices: the options of a multiple-choice item.
 
     Returns:
         ``"CONTINUE"``, ``"STOP <answer>...</answer>"``, or ``None`` when there is no sensible target.
-    """
-    from metamod.tasks.grading import normalize_answer
 
-    keys = [normalize_answer(a, kind) if a is not None else None for a in answers]
-    parsed = [(k, a) for k, a in zip(keys, answers, strict=True) if k is not None]
+    >>> heuristic_target(["(B)", "dog"], "mc", is_final_round=False, choices=["cat", "dog"])
+    'STOP <answer>(B)</answer>'
+    """
+    from metamod.evaluate.voting import all_agree, majority_answer
+
     if not is_final_round:
-        if parsed and len(parsed) == len(answers) and len({k for k, _ in parsed}) == 1:
-            return f"STOP <answer>{str(parsed[0][1]).strip()}</answer>"
+        if all_agree(answers, kind=kind, choices=choices):
+            return f"STOP <answer>{str(answers[0]).strip()}</answer>"
         return "CONTINUE"
-    if not parsed:
-        return None
-    counts = Counter(k for k, _ in parsed)
-    best = max(counts.values())
-    winner = next(a for k, a in parsed if counts[k] == best)
-    return f"STOP <answer>{str(winner).strip()}</answer>"
+    winner = majority_answer(answers, kind=kind, choices=choices, tie_break="first")
+    return None if winner is None else f"STOP <answer>{str(winner).strip()}</answer>"
 
 
 #: how warm-start targets are made: name -> what it reads (``metamod train --warm_start_targets``)
@@ -118,7 +121,7 @@ def reward_target(
         return "CONTINUE" if int(eta) == 0 else None  # eta 1 but no graded-correct answer: labels disagree, skip
     if correct is not None:
         return f"STOP <answer>{str(correct).strip()}</answer>"
-    return heuristic_target(answers, kind, is_final_round=True)
+    return heuristic_target(answers, kind, is_final_round=True, choices=choices)
 
 
 def build_warm_start_dataset(dataset, *, max_examples: int | None = None, seed: int = 0, targets: str = "consensus"):
@@ -161,7 +164,7 @@ def build_warm_start_dataset(dataset, *, max_examples: int | None = None, seed: 
                 list(answers), kind, gold=gold, eta=eta, is_final_round=bool(final), choices=options or None
             )
         else:
-            target = heuristic_target(list(answers), kind, is_final_round=bool(final))
+            target = heuristic_target(list(answers), kind, is_final_round=bool(final), choices=options or None)
         if target is not None:
             rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": target}]})
     if not rows:

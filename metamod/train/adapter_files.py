@@ -1,0 +1,266 @@
+"""Adapter folders: finding the one to export (final adapter or a ``checkpoint-*``) and checking that it loads.
+
+:func:`check_adapter` is what ``metamod export`` (and :func:`metamod.train.hub.push_to_hub`) run before anything
+is copied or uploaded: ``adapter_config.json`` must parse, the weights file must read (``safetensors.safe_open``:
+header and tensors), the tensor names must be the LoRA A/B pairs of the configured ``target_modules``, the shapes
+must carry the configured rank ``r`` (or its ``rank_pattern`` override) and every value must be finite. Problems
+raise :class:`metamod.config.ConfigError` naming the file and what is wrong.
+
+>>> checkpoint_step(Path("run/checkpoint-40"))
+40
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from metamod.config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_WEIGHTS_BIN = "adapter_model.bin"
+#: tensor-name suffixes of a saved LoRA adapter (PEFT drops the adapter name when saving)
+_LORA_TENSOR = re.compile(
+    r"^(?P<module>.+)\.(?P<kind>lora_A|lora_B)\.weight$|^(?P<emb>.+)\.(?P<ekind>lora_embedding_[AB])$"
+)
+#: other LoRA tensors a valid adapter may hold (lora_bias, DoRA magnitudes)
+_LORA_EXTRA = re.compile(r"\.lora_B\.bias$|\.lora_magnitude_vector(\.weight)?$")
+
+
+# ---------------------------------------------------------------- finding the adapter
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step number of a ``checkpoint-<step>`` folder (-1 when the name has no number)."""
+    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    return int(match.group(1)) if match else -1
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """``checkpoint-*`` sub-folders of ``run_dir`` that hold an adapter, oldest first."""
+    run_dir = Path(run_dir)
+    found = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and (p / ADAPTER_CONFIG).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def resolve_adapter_dir(adapter: str | os.PathLike, checkpoint: str | None = None) -> Path:
+    """Find the adapter folder to export and check that it is complete.
+
+    Args:
+        adapter: an adapter folder, or a training output dir holding ``checkpoint-*`` folders.
+        checkpoint: ``None`` (the adapter at the top of ``adapter``), ``"latest"``, ``"checkpoint-<step>"`` or
+            ``"<step>"``.
+
+    Returns:
+        The folder holding ``adapter_config.json`` and the adapter weights.
+
+    Raises:
+        FileNotFoundError: missing folder, missing ``adapter_config.json`` or weights, unknown checkpoint (the
+            message lists what exists and what to pass).
+    """
+    root = Path(adapter)
+    if not root.is_dir():
+        raise FileNotFoundError(f"adapter folder {root} does not exist (pass --adapter <metamod train output_dir>)")
+    checkpoints = list_checkpoints(root)
+    names = [p.name for p in checkpoints]
+    if checkpoint is not None and str(checkpoint) != "":
+        checkpoint = str(checkpoint)
+        if not checkpoints:
+            raise FileNotFoundError(
+                f"--checkpoint {checkpoint!r} given but {root} holds no checkpoint-* adapter folder"
+            )
+        if checkpoint == "latest":
+            chosen = checkpoints[-1]
+        else:
+            name = checkpoint if checkpoint.startswith("checkpoint-") else f"checkpoint-{checkpoint}"
+            if name not in names:
+                raise FileNotFoundError(f"checkpoint {name} not found in {root}; available: {', '.join(names)}")
+            chosen = root / name
+        logger.info("Exporting checkpoint %s", chosen)
+        root = chosen
+    elif not (root / ADAPTER_CONFIG).is_file():
+        if checkpoints:
+            raise FileNotFoundError(
+                f"{root} has no {ADAPTER_CONFIG} (no final adapter) but holds checkpoints {', '.join(names)}; pass "
+                f"--checkpoint latest (= {names[-1]}) or --adapter {checkpoints[-1]}"
+            )
+        present = sorted(p.name for p in root.iterdir())[:10]
+        raise FileNotFoundError(
+            f"{root} is not a PEFT adapter folder: {ADAPTER_CONFIG} is missing (found: {present or 'nothing'}). "
+            f"Pass the output_dir of `metamod train`, which holds {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS}."
+        )
+    if not (root / ADAPTER_WEIGHTS).is_file() and not (root / ADAPTER_WEIGHTS_BIN).is_file():
+        raise FileNotFoundError(f"{root} has {ADAPTER_CONFIG} but no adapter weights ({ADAPTER_WEIGHTS} is missing)")
+    return root
+
+
+def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
+    """``adapter_config.json`` as a dict (a :class:`~metamod.config.ConfigError` when it is not a JSON object)."""
+    path = Path(adapter_dir) / ADAPTER_CONFIG
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path} is not valid JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+# ---------------------------------------------------------------- what the adapter holds
+
+
+def adapter_tensor_shapes(adapter_dir: str | os.PathLike) -> tuple[Path, dict[str, tuple[int, ...]]]:
+    """Read the adapter's weights file and return ``(file, {tensor name: shape})``.
+
+    ``adapter_model.safetensors`` is opened with ``safetensors.safe_open`` (header and every tensor, so a
+    truncated or overwritten file fails here); an old ``adapter_model.bin`` is loaded with ``weights_only``.
+
+    Raises:
+        ConfigError: the file cannot be read, or a tensor holds NaN/inf (names the file and the tensor).
+    """
+    import torch
+
+    adapter_dir = Path(adapter_dir)
+    path = adapter_dir / ADAPTER_WEIGHTS
+    tensors: dict[str, Any] = {}
+    if path.is_file():
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open is no dict)
+        except (SafetensorError, OSError, RuntimeError, ValueError) as err:
+            raise ConfigError(
+                f"{path} is not a readable safetensors file ({err}); it is corrupt or truncated: export another "
+                "checkpoint (--checkpoint) or retrain"
+            ) from err
+    else:
+        path = adapter_dir / ADAPTER_WEIGHTS_BIN
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, ValueError, EOFError) as err:
+            raise ConfigError(f"{path} could not be loaded ({err}); it is corrupt or truncated") from err
+        if not isinstance(state, Mapping):
+            raise ConfigError(f"{path} must hold a state dict (name -> tensor), got {type(state).__name__}")
+        tensors = dict(state)
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise ConfigError(f"{path}: entry {name!r} is not a tensor ({type(tensor).__name__})")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ConfigError(f"{path}: tensor {name} holds NaN or inf values; the adapter is broken (retrain)")
+    return path, {name: tuple(t.shape) for name, t in tensors.items()}
+
+
+def _module_rank(module: str, r: int, rank_pattern: Mapping[str, Any]) -> int:
+    """The rank PEFT gives ``module``: the first ``rank_pattern`` key matching its name, else ``r``."""
+    for pattern, rank in rank_pattern.items():
+        if re.match(rf"(?:^|.*\.){pattern}$", module):
+            return int(rank)
+    return r
+
+
+def _is_target(module: str, targets: Any) -> bool:
+    if isinstance(targets, str):
+        return targets == "all-linear" or re.fullmatch(targets, module) is not None
+    if isinstance(targets, (list, tuple, set)):
+        return any(module == t or module.endswith("." + str(t)) for t in targets)
+    return True  # no target_modules recorded: nothing to compare against
+
+
+def lora_problems(shapes: Mapping[str, tuple[int, ...]], adapter_config: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a LoRA adapter's tensors given its ``adapter_config.json`` (``[]`` when nothing is).
+
+    Checked: there are LoRA tensors; every adapted module has both its A and B matrix; every adapted module is one
+    of ``target_modules``; A's first and B's second dimension equal the rank (``r``, or its ``rank_pattern``
+    override). Adapters of other PEFT types are not checked here.
+
+    Args:
+        shapes: ``{tensor name: shape}`` as saved by PEFT (``base_model.model.<module>.lora_A.weight``, ...).
+        adapter_config: the adapter's config.
+
+    Returns:
+        One message per problem.
+
+    >>> cfg = {"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"]}
+    >>> ok = {"base_model.model.layers.0.q_proj.lora_A.weight": (4, 64),
+    ...       "base_model.model.layers.0.q_proj.lora_B.weight": (64, 4)}
+    >>> lora_problems(ok, cfg)
+    []
+    >>> lora_problems(ok, {**cfg, "r": 8})[0]
+    'layers.0.q_proj: lora_A.weight has shape (4, 64) but r = 8 (the rank must be its first dimension)'
+    >>> lora_problems({"base_model.model.layers.0.k_proj.lora_A.weight": (4, 64)}, cfg)
+    ['layers.0.k_proj: has lora_A but no lora_B', 'layers.0.k_proj: adapted but not in target_modules [q_proj]']
+    """
+    if str(adapter_config.get("peft_type", "LORA")).upper() != "LORA":
+        return []
+    r = adapter_config.get("r")
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        return [f"{ADAPTER_CONFIG} has no valid LoRA rank r (got {r!r})"]
+    rank_pattern = adapter_config.get("rank_pattern") or {}
+    targets = adapter_config.get("target_modules")
+    modules: dict[str, dict[str, tuple[int, ...]]] = {}
+    problems = []
+    for name, shape in shapes.items():
+        match = _LORA_TENSOR.match(name)
+        if match:
+            module = match.group("module") or match.group("emb")
+            kind = match.group("kind") or match.group("ekind")
+            modules.setdefault(module.removeprefix("base_model.model."), {})[kind] = shape
+        elif "lora_" in name and not _LORA_EXTRA.search(name):
+            problems.append(f"unexpected tensor {name} (not a LoRA A/B weight)")
+    if not modules:
+        return [f"no LoRA weights (no *.lora_A.weight / *.lora_B.weight tensors among {len(shapes)})", *problems]
+    for module, kinds in sorted(modules.items()):
+        a_kind, b_kind = ("lora_embedding_A", "lora_embedding_B") if "lora_embedding_A" in kinds or (
+            "lora_embedding_B" in kinds) else ("lora_A", "lora_B")  # fmt: skip
+        a, b = kinds.get(a_kind), kinds.get(b_kind)
+        if a is None or b is None:
+            have, missing = (a_kind, b_kind) if b is None else (b_kind, a_kind)
+            problems.append(f"{module}: has {have} but no {missing}")
+        if not _is_target(module, targets):
+            listed = ", ".join(map(str, targets)) if isinstance(targets, (list, tuple)) else targets
+            problems.append(f"{module}: adapted but not in target_modules [{listed}]")
+        rank = _module_rank(module, r, rank_pattern)
+        label = "r" if rank == r else "rank_pattern rank"
+        suffix = "" if a_kind.startswith("lora_embedding") else ".weight"
+        if a is not None and (len(a) < 2 or a[0] != rank):
+            problems.append(
+                f"{module}: {a_kind}{suffix} has shape {a} but {label} = {rank} (the rank must be its first dimension)"
+            )
+        if b is not None and (len(b) < 2 or b[1] != rank):
+            problems.append(
+                f"{module}: {b_kind}{suffix} has shape {b} but {label} = {rank} (the rank must be its second dimension)"
+            )
+    return problems
+
+
+def check_adapter(adapter_dir: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """Check that an adapter folder loads: its config parses and its weights match it (see :func:`lora_problems`).
+
+    Args:
+        adapter_dir: the folder holding ``adapter_config.json`` and the adapter weights.
+
+    Returns:
+        ``{tensor name: shape}`` of the weights.
+
+    Raises:
+        ConfigError: naming the file and everything that is wrong (at most ten problems are listed).
+    """
+    config = read_adapter_config(Path(adapter_dir))
+    path, shapes = adapter_tensor_shapes(adapter_dir)
+    problems = lora_problems(shapes, config)
+    if problems:
+        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise ConfigError(
+            f"{path} does not match {Path(adapter_dir) / ADAPTER_CONFIG}: {'; '.join(problems[:10])}{more}. The "
+            "adapter would not load; export another checkpoint (--checkpoint) or retrain"
+        )
+    return shapes

@@ -1,0 +1,279 @@
+"""Runs that cannot silently mix settings or writers: resume fingerprints, folder locks, validation before writing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from metamod.cli import main as cli_main
+from metamod.config import FINGERPRINT_FILE, SettingsMismatchError
+from metamod.evaluate.config import EvalConfig
+from metamod.evaluate.harness import evaluate, read_samples
+from metamod.files import FolderLock, FolderLockedError, check_unlocked
+from metamod.rollout.traces import read_traces
+
+REPO = Path(__file__).resolve().parents[1]
+SIM = ["--config", str(REPO / "configs/rollout/sim_arith.yaml"), "--max_rounds", "3", "--progress", "false"]
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones included) with its bytes."""
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------------- rollout
+
+
+def test_rollout_with_bad_task_options_writes_nothing_and_the_corrected_rerun_works(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli_main(["rollout", *SIM, "--task_num_examples", "-5", "--output_dir", str(out)]) == 2
+    assert "num_examples must be a positive integer" in capsys.readouterr().err
+    assert not out.exists()  # not even the folder
+    out.mkdir()
+    assert cli_main(["rollout", *SIM, "--task_num_examples", "-5", "--output_dir", str(out)]) == 2
+    assert _snapshot(out) == {}  # an existing folder stays empty
+    assert cli_main(["rollout", *SIM, "--task_num_examples", "8", "--output_dir", str(out)]) == 0
+    assert len(list(read_traces(out / "traces.jsonl"))) == 8
+
+
+def test_rollout_refuses_other_settings_in_one_line_naming_the_keys(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli_main(["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(out)]) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    argv = ["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(out), "--max_rounds", "2"]
+    assert cli_main([*argv, "--agent_accuracy", "0.5", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "max_rounds: 3 -> 2" in err and "agent_accuracy" in err
+    assert "--overwrite true" in err and "--output_dir" in err
+    assert _snapshot(out) == before
+    assert cli_main([*argv, "--overwrite", "true"]) == 0
+    assert {t["num_rounds"] for t in read_traces(out / "traces.jsonl")} == {2}
+
+
+def test_sharded_overwrite_clears_every_shard_of_the_old_settings(tmp_path):
+    out = tmp_path / "sharded"
+    shard = ["--task_num_examples", "10", "--output_dir", str(out), "--num_shards", "2"]
+    for i in range(2):
+        assert cli_main(["rollout", *SIM, *shard, "--shard_index", str(i)]) == 0
+    new = ["--max_rounds", "2", "--overwrite", "true"]
+    assert cli_main(["rollout", *SIM, *shard, "--shard_index", "0", *new]) == 0
+    assert not (out / "traces.shard-1-of-2.jsonl").exists()  # made with the old settings: gone
+    assert cli_main(["rollout", *SIM, *shard, "--shard_index", "1", *new]) == 0  # same new settings: keeps shard 0
+    for i in range(2):
+        traces = list(read_traces(out / f"traces.shard-{i}-of-2.jsonl"))
+        assert traces and {t["num_rounds"] for t in traces} == {2}
+
+
+def _wait_for_lock(folder: Path, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the first rollout ended before the test could see its lock"
+        try:
+            check_unlocked(folder)
+        except FolderLockedError:
+            traces = folder / "traces.jsonl"
+            if traces.exists() and traces.stat().st_size > 0:  # writing debates
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"no lock on {folder} after {timeout} s")
+
+
+def test_second_rollout_into_a_busy_folder_fails_at_once_and_the_lock_dies_with_kill_9(tmp_path, capsys):
+    out = tmp_path / "run"
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "metamod.cli",
+            "rollout",
+            *SIM,
+            "--task_num_examples",
+            "500000",
+            "--output_dir",
+            str(out),
+        ],
+        cwd=str(REPO),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        _wait_for_lock(out, first)
+        started = time.monotonic()
+        assert cli_main(["rollout", *SIM, "--task_num_examples", "500000", "--output_dir", str(out)]) == 2
+        assert time.monotonic() - started < 30  # at once: no debate ran
+        err = capsys.readouterr().err
+        assert f"{out} is in use by process {first.pid}" in err and len(err.strip().splitlines()) == 1
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=60)
+    ids = [t["id"] for t in read_traces(out / "traces.jsonl")]  # one writer only: no duplicate, no corrupt line
+    assert ids and len(ids) == len(set(ids))
+    # the kernel dropped the killed writer's lock: the next run may start at once
+    assert cli_main(["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(out), "--overwrite", "true"]) == 0
+
+
+def test_readers_do_not_take_the_lock(tmp_path):
+    from metamod.rollout.snapshots import build_dataset
+
+    run = tmp_path / "run"
+    assert cli_main(["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(run)]) == 0
+    with FolderLock(run):  # a rollout still writing there
+        dataset = build_dataset(run / "traces.jsonl", tmp_path / "data", validation_fraction=0.0)
+        assert len(dataset["train"]) == 18
+        doc = evaluate(
+            EvalConfig(
+                methods=["majority_vote"], traces=str(run / "traces.jsonl"), max_rounds=3, plots=False,
+                output_dir=str(tmp_path / "eval"),
+            )
+        )  # fmt: skip
+        assert doc["n_samples"]["arith"]["questions"] == 6
+
+
+# ---------------------------------------------------------------------------------------------------- eval
+
+
+def _eval(out: Path, **overrides) -> dict:
+    options = dict(
+        methods=["majority_vote", "consensus"],
+        limit=6,
+        seeds=[0, 1],
+        max_rounds=3,
+        batch_questions=4,
+        plots=False,
+        output_dir=str(out),
+    )
+    options.update(overrides)
+    return evaluate(EvalConfig(**options))
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"max_rounds": 2}, "max_rounds"),
+        ({"num_agents": 3}, "num_agents"),
+        ({"simulation": {"sim_seed": 4}}, "simulation"),
+    ],
+)
+def test_eval_refuses_a_changed_debate_setting_and_leaves_the_folder_unchanged(tmp_path, change, key):
+    out = tmp_path / "eval"
+    _eval(out)
+    before = _snapshot(out)
+    with pytest.raises(SettingsMismatchError, match=rf"different settings \({key}: ") as info:
+        _eval(out, **change)
+    assert "--overwrite true" in str(info.value) and "--output_dir" in str(info.value)
+    assert _snapshot(out) == before
+    fresh = _eval(out, overwrite=True, **change)  # start over: every row computed under the new setting
+    assert fresh["config"][key] == change[key]
+    assert {m["n"] for m in fresh["results"]["arith"].values()} == {12}
+    assert all(row["settings"] == fresh["settings_fingerprint"] for row in read_samples(out / "samples.jsonl"))
+
+
+def test_eval_added_method_computes_only_its_cells(tmp_path):
+    out = tmp_path / "eval"
+    first = _eval(out)
+    rows_before = read_samples(out / "samples.jsonl")
+    assert len(rows_before) == 12
+    doc = _eval(out, methods=["majority_vote", "consensus", "single_cot"])
+    rows = read_samples(out / "samples.jsonl")
+    added = rows[len(rows_before) :]
+    assert rows[: len(rows_before)] == rows_before  # nothing rewritten
+    assert len(added) == 12 and all(set(r["methods"]) == {"single_cot"} for r in added)
+    results = doc["results"]["arith"]
+    assert {m: results[m]["n"] for m in results} == {"majority_vote": 12, "consensus": 12, "single_cot": 12}
+    assert results["majority_vote"] == first["results"]["arith"]["majority_vote"]
+    reference = _eval(tmp_path / "fresh", methods=["majority_vote", "consensus", "single_cot"])
+    assert doc["results"] == reference["results"]  # exactly what a fresh run computes
+    again = len(read_samples(out / "samples.jsonl"))
+    _eval(out, methods=["majority_vote", "consensus", "single_cot"])
+    assert len(read_samples(out / "samples.jsonl")) == again  # everything done: nothing recomputed
+
+
+def test_eval_method_setting_recomputes_only_that_method_and_more_questions_only_the_new_ones(tmp_path):
+    out = tmp_path / "eval"
+    methods = ["majority_vote", "single_cot_sc"]
+    _eval(out, methods=methods, sc_samples=3)
+    n_before = len(read_samples(out / "samples.jsonl"))
+    doc = _eval(out, methods=methods, sc_samples=5)
+    added = read_samples(out / "samples.jsonl")[n_before:]
+    assert len(added) == 12 and all(set(r["methods"]) == {"single_cot_sc"} for r in added)
+    assert doc["results"] == _eval(tmp_path / "fresh", methods=methods, sc_samples=5)["results"]
+    rows = read_samples(out / "samples.jsonl")
+    doc = _eval(out, methods=methods, sc_samples=5, limit=8)
+    added = read_samples(out / "samples.jsonl")[len(rows) :]
+    assert len(added) == 4 and not {r["id"] for r in added} & {r["id"] for r in rows}  # the 2 new questions x 2 seeds
+    assert all(set(r["methods"]) == set(methods) for r in added)
+    assert {m["n"] for m in doc["results"]["arith"].values()} == {16}
+    smaller = _eval(out, methods=methods, sc_samples=5, limit=3)  # old rows outside the config are not reported
+    assert {m["n"] for m in smaller["results"]["arith"].values()} == {6}
+
+
+def test_eval_folder_lock_and_legacy_folders(tmp_path):
+    out = tmp_path / "eval"
+    with FolderLock(out), pytest.raises(FolderLockedError, match=rf"in use by process {os.getpid()}"):
+        _eval(out)
+    assert _snapshot(out) == {".lock": f"{os.getpid()}\n".encode()}  # refused before writing anything
+    _eval(out)
+    (out / FINGERPRINT_FILE).unlink()  # a folder written before fingerprints
+    with pytest.raises(SettingsMismatchError, match="without a settings fingerprint"):
+        _eval(out)
+    assert _eval(out, resume=False)["n_samples"]["arith"]["rows"] == 12
+
+
+# ---------------------------------------------------------------------------------------------------- build-dataset, train
+
+
+def test_build_dataset_refuses_other_options_and_a_busy_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli_main(["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(run)]) == 0
+    data = tmp_path / "data"
+    argv = ["build-dataset", "--traces", str(run), "--output_dir", str(data)]
+    assert cli_main(argv) == 0
+    assert json.loads((data / FINGERPRINT_FILE).read_text())["command"] == "build-dataset"
+    assert cli_main(argv) == 0  # same settings: rebuilt in place
+    capsys.readouterr()
+    assert cli_main([*argv, "--keep_agents", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "keep_agents: null -> 1" in err and "--overwrite true" in err
+    assert cli_main([*argv, "--keep_agents", "1", "--overwrite", "true"]) == 0
+    with FolderLock(data):
+        assert cli_main(argv + ["--keep_agents", "1"]) == 2
+        assert f"in use by process {os.getpid()}" in capsys.readouterr().err
+
+
+def test_train_refuses_other_settings_and_a_busy_folder_before_any_work(tmp_path):
+    from metamod.config import record_fingerprint
+    from metamod.train.grpo import ModeratorGRPOConfig, ModeratorModelConfig, train, train_settings
+
+    out = tmp_path / "moderator"
+
+    def args(**kw):
+        options = dict(
+            dataset_path=str(tmp_path / "no-dataset-yet"),
+            per_device_train_batch_size=4,
+            num_generations=2,
+            report_to="none",
+            output_dir=str(out),
+        )
+        return ModeratorGRPOConfig(**{**options, **kw})
+
+    model_args = ModeratorModelConfig(model_name_or_path=str(tmp_path / "no-model"))
+    record_fingerprint(out, train_settings(args(learning_rate=1e-3), model_args), command="train")
+    (out / "trainer_state.json").write_text("{}")  # a run's outputs
+    with pytest.raises(SettingsMismatchError, match=r"learning_rate: 0\.001 -> 0\.002"):
+        train(args=args(learning_rate=2e-3, logging_steps=3), model_args=model_args)  # logging: free
+    with FolderLock(out), pytest.raises(FolderLockedError, match=str(os.getpid())):
+        train(args=args(learning_rate=1e-3), model_args=model_args)
+    with pytest.raises(ValueError, match="overwrite=true deletes the checkpoints"):
+        train(args=args(overwrite=True, resume_from_checkpoint="true"), model_args=model_args)
