@@ -53,6 +53,46 @@ def control_accuracy(samples_path: Path, method: str, max_rounds: int) -> dict[s
     }
 
 
+def correctness(samples_path: Path, prefix: str = "") -> tuple[dict[str, dict[str, bool]], set[str]]:
+    """Per method, question id -> correct; and the ids where the debaters disagree at round 0 (or one is unparsable)."""
+    from metamod.tasks.grading import normalize_answer
+
+    by_method: dict[str, dict[str, bool]] = {}
+    disagree: set[str] = set()
+    for line in samples_path.read_text().splitlines():
+        record = json.loads(line)
+        answers = record["rounds"][0]["answers"] if record["rounds"] else []
+        keys = [normalize_answer(a, record["kind"]) if a is not None else None for a in answers]
+        if answers and (None in keys or len(set(keys)) > 1):
+            disagree.add(record["id"])
+        for method, entry in record["methods"].items():
+            by_method.setdefault(prefix + method, {})[record["id"]] = bool(entry["correct"])
+    return by_method, disagree
+
+
+def paired_table(by_method: dict[str, dict[str, bool]], disagree: set[str], reference: str) -> list[dict]:
+    """Accuracy overall and where the debaters disagree, with an exact McNemar p against ``reference``."""
+    from metamod.evaluate.metrics import mcnemar_exact
+
+    ref = by_method[reference]
+    rows = []
+    for method, correct in by_method.items():
+        shared = sorted(set(correct) & set(ref))
+        b = sum(ref[i] and not correct[i] for i in shared)
+        c = sum(correct[i] and not ref[i] for i in shared)
+        split = [i for i in shared if i in disagree]
+        rows.append({
+            "method": method,
+            "n": len(shared),
+            "accuracy": round(100 * sum(correct[i] for i in shared) / len(shared), 1),
+            "accuracy_where_debaters_disagree": round(100 * sum(correct[i] for i in split) / len(split), 1)
+            if split else None,
+            "n_disagree": len(split),
+            "mcnemar_p_vs_reference": None if method == reference else round(mcnemar_exact(b, c), 4),
+        })  # fmt: skip
+    return rows
+
+
 def run(stage: str, argv: list[str], marker: Path, timings: dict[str, float]) -> None:
     if marker.exists():
         logging.info("%s: done already (%s)", stage, marker)
@@ -125,8 +165,16 @@ def main() -> None:
             "warm_start_only": control_accuracy(warm_eval / "samples.jsonl", "moderator", 3),
         },
     }
+    # one paired table over the same held-out debates: this run's rows (+ the first run's, with --eval-traces)
+    by_method, disagree = correctness(evaluation / "samples.jsonl")
+    if args.eval_traces:
+        base, _ = correctness(Path(args.eval_traces).parent / "samples.jsonl", prefix="first_run:")
+        by_method.update(base)
+    warm_rows, _ = correctness(warm_eval / "samples.jsonl", prefix="warm_start_only:")
+    by_method.update(warm_rows)
+    summary["paired"] = paired_table(by_method, disagree, reference="moderator")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps({"timings_s": timings, "control": summary["control"]}, indent=2))
+    print(json.dumps({"timings_s": timings, "control": summary["control"], "paired": summary["paired"]}, indent=2))
     print((evaluation / "table.md").read_text())
     print((warm_eval / "table.md").read_text())
 

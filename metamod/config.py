@@ -254,6 +254,70 @@ def _canonical(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+#: config keys whose values name local files or folders (made absolute before hashing, see resolve_local_paths)
+PATH_KEYS = frozenset(
+    {
+        "traces",
+        "task_data_files",
+        "debater_model",
+        "moderator",
+        "moderator_base",
+        "judge_model",
+        "model",
+        "adapter",
+        "tiny_model_dir",
+        "memory_path",
+        "dataset_path",
+        "model_name_or_path",
+    }
+)
+#: keys whose values map local paths to their content signatures (the mapping's keys are resolved)
+_PATH_MAP_KEYS = frozenset({"model_signatures"})
+
+
+def local_path(value: str, *, force: bool = False) -> str:
+    """``value`` as an absolute path when it names a local file or folder; anything else (a Hub id) unchanged.
+
+    Local means: it exists here, or it is written as a path (``./x``, ``/x``, ``~/x``, ``a/b/c``). ``force``
+    resolves every value (for comparing two settings written from the same working directory).
+
+    >>> import os
+    >>> local_path(".") == os.getcwd(), local_path("org/model"), local_path("runs/x/y") == os.path.abspath("runs/x/y")
+    (True, 'org/model', True)
+    """
+    path = Path(value).expanduser()
+    clearly_local = value.startswith((".", "/", "~")) or value.count("/") > 1
+    if force or clearly_local or path.exists():
+        return str(path.resolve())
+    return value
+
+
+def resolve_local_paths(settings: Any, *, keys: frozenset[str] = PATH_KEYS, force: bool = False) -> Any:
+    """``settings`` with every local path under a :data:`PATH_KEYS` key (at any depth) made absolute.
+
+    So ``--traces runs/x/traces.jsonl`` and ``--traces /abs/runs/x/traces.jsonl`` are one setting: a rerun that
+    names the same file another way resumes.
+
+    >>> import os
+    >>> s = resolve_local_paths({"traces": ".", "task_options": {"t": {"task_data_files": "org/name"}}, "seed": 1})
+    >>> s["traces"] == os.getcwd(), s["task_options"], s["seed"]
+    (True, {'t': {'task_data_files': 'org/name'}}, 1)
+    """
+
+    def fix(key: str | None, value: Any) -> Any:
+        if isinstance(value, dict):
+            if key in _PATH_MAP_KEYS:
+                return {local_path(str(k), force=force): v for k, v in value.items()}
+            return {k: fix(str(k), v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [fix(key, v) for v in value]
+        if key in keys and isinstance(value, str) and value:
+            return local_path(value, force=force)
+        return value
+
+    return fix(None, settings)
+
+
 def resume_settings(resolved: dict[str, Any], free_keys: Sequence[str] | set[str] = ()) -> dict[str, Any]:
     """The settings that change a command's results: ``resolved`` without ``free_keys`` and without credentials.
 
@@ -414,17 +478,21 @@ def _compare(
     if overwrite or not outputs:
         return saved
     ways_out = "Rerun with --overwrite true to start over, or use a new --output_dir"
+    # paths as written may differ (relative vs absolute, older folders): compare them resolved from here
+    resolved = resolve_local_paths(current, force=True)
     if saved is not None:
         if saved.get("fingerprint") == fingerprint:
             return saved
         keys = sorted((set(saved["settings"]) | set(current)) - set(ignore))
-        differ = settings_diff(saved["settings"], current, keys=keys)
+        differ = settings_diff(resolve_local_paths(saved["settings"], force=True), resolved, keys=keys)
         if not differ:
             return saved
         diff = describe_diff(saved["settings"], current, differ)
     elif legacy is not None:
         legacy = _canonical(legacy)
-        differ = settings_diff(legacy, current, keys=[k for k in legacy if k not in ignore])
+        differ = settings_diff(
+            resolve_local_paths(legacy, force=True), resolved, keys=[k for k in legacy if k not in ignore]
+        )
         if not differ:
             return None
         diff = describe_diff(legacy, current, differ)

@@ -53,7 +53,8 @@ def test_train_refuses_a_dataset_with_no_rows(tmp_path, capsys):
             "--per_device_train_batch_size", "4", "--num_generations", "2", "--report_to", "none"]  # fmt: skip
     assert main(argv) == 2
     line = _error_line(capsys, "train")
-    assert f"{data}[train]" in line and "empty" in line
+    assert f"{data}[train] is empty (0 rows); expected at least 1 row" in line
+    assert "metamod build-dataset" in line and "max_prompt_tokens" in line  # the likely fixes
     assert not out.exists()
     assert main([*argv, "--max_train_examples", "0"]) == 2
     assert "max_train_examples must be >= 1" in _error_line(capsys, "train")
@@ -326,6 +327,51 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
 def test_error_types_are_value_errors():
     assert issubclass(ConfigError, MetamodError) and issubclass(ConfigError, ValueError)
     assert issubclass(InputError, MetamodError) and issubclass(InputError, ValueError)
+
+
+def test_domain_errors_are_anticipated_and_keep_their_bases():
+    from metamod.llm.openai_backend import BackendError
+    from metamod.rollout.traces import TraceError
+    from metamod.train.hub import HubUploadError
+
+    for cls, base in ((TraceError, ValueError), (BackendError, RuntimeError), (HubUploadError, RuntimeError)):
+        assert issubclass(cls, MetamodError) and issubclass(cls, base)
+        assert anticipated_message(cls("x.jsonl:3: field 'id'\n  must be str")) == "x.jsonl:3: field 'id' must be str"
+
+
+def test_a_domain_error_in_a_command_is_one_line(monkeypatch, capsys):
+    from metamod.llm.openai_backend import BackendError
+
+    def unreachable(argv):
+        raise BackendError("POST http://localhost:8000/v1/chat/completions failed after 3 retries: connection refused")
+
+    monkeypatch.setattr("metamod.rollout.run.main", unreachable)
+    assert main(["rollout"]) == 2
+    assert "connection refused" in _error_line(capsys, "rollout")
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["bogus"], "argument action: invalid choice: 'bogus'"),
+        (["prepare", "--frce"], "unrecognized arguments: --frce"),
+        ([], "the following arguments are required: action"),
+        (["path", "no-such-model"], "Unknown embedded model 'no-such-model'. Valid names: smollm2-135m-instruct"),
+    ],
+)
+def test_model_command_errors_are_one_line(argv, match, capsys):
+    assert main(["model", *argv]) == 2
+    assert match in _error_line(capsys, "model")
+
+
+def test_shipped_eval_configs_accept_any_methods():
+    """`reference_method` is left to its default (the moderator when evaluated), so other method lists work."""
+    for path in sorted(Path("configs/eval").glob("*.yaml")):
+        assert "reference_method: moderator" not in path.read_text(), path
+    (cfg,) = parse_config([EvalConfig], ["--config", "configs/eval/sim_debate.yaml", "--methods", "majority_vote"])
+    assert cfg.methods == ["majority_vote"] and cfg.reference_method is None
+    (cfg,) = parse_config([EvalConfig], ["--config", "configs/eval/sim_debate.yaml"])
+    assert cfg.reference_method == "moderator"
 
 
 def test_the_installed_command(tmp_path):

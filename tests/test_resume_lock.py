@@ -277,3 +277,141 @@ def test_train_refuses_other_settings_and_a_busy_folder_before_any_work(tmp_path
         train(args=args(learning_rate=1e-3), model_args=model_args)
     with pytest.raises(ValueError, match="overwrite=true deletes the checkpoints"):
         train(args=args(overwrite=True, resume_from_checkpoint="true"), model_args=model_args)
+
+
+def test_eval_rerun_with_a_changed_debate_setting_is_exit_2_and_one_line(tmp_path, capsys):
+    out = tmp_path / "eval"
+    argv = ["eval", "--config", str(REPO / "configs/eval/sim_debate.yaml"), "--methods", "majority_vote",
+            "consensus", "--limit", "4", "--max_rounds", "3", "--plots", "false", "--output_dir", str(out)]  # fmt: skip
+    assert cli_main(argv) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert cli_main([*argv, "--max_rounds", "2"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("metamod eval: error: ")
+    assert "max_rounds: 3 -> 2" in lines[0] and "--overwrite true" in lines[0]
+    assert _snapshot(out) == before
+    assert cli_main([*argv, "--methods", "majority_vote", "consensus", "single_cot"]) == 0  # an extra method: fine
+    rows = read_samples(out / "samples.jsonl")
+    assert len(rows) == 8 and [set(r["methods"]) for r in rows[4:]] == [{"single_cot"}] * 4  # only the new cells
+
+
+# ---------------------------------------------------------------------------------------------------- task files
+
+GSM_CONFIG = "task: gsm8k\ntask_split: train\ndebaters: simulated\nmax_rounds: 2\nprogress: false\n"
+GOOD_ROWS = b'{"question": "1+1?", "answer": "#### 2"}\n{"question": "2+2?", "answer": "#### 4"}\n'
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (b'{"question": "caf\xff?", "answer": "#### 3"}\n', r"q\.jsonl:3:18: byte 0xff is not valid UTF-8"),
+        (b'{"question": "x", "answer": }\n{"question": "y", "answer": "#### 1"}\n', r"q\.jsonl:3:29: not valid JSON"),
+    ],
+    ids=["non-utf8", "broken-line"],
+)
+def test_rollout_with_a_bad_task_file_fails_before_writing_anything(tmp_path, capsys, bad, match):
+    import re
+
+    config, data, out = tmp_path / "c.yaml", tmp_path / "q.jsonl", tmp_path / "run"
+    config.write_text(GSM_CONFIG)
+    data.write_bytes(GOOD_ROWS + bad)
+    argv = ["rollout", "--config", str(config), "--task_data_files", str(data), "--output_dir", str(out)]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(match, err)
+    assert not out.exists()  # not even the folder
+    data.write_bytes(GOOD_ROWS)
+    assert cli_main(argv) == 0
+    before = _snapshot(out)
+    data.write_bytes(GOOD_ROWS + bad)  # the same task file, broken in place: the folder of the good run is kept
+    assert cli_main(argv) == 2
+    assert re.search(match, capsys.readouterr().err)
+    assert _snapshot(out) == before
+
+
+def test_a_relative_and_an_absolute_path_to_one_file_are_one_setting(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("c.yaml").write_text(GSM_CONFIG)
+    Path("q.jsonl").write_bytes(GOOD_ROWS)
+    rollout = ["rollout", "--config", "c.yaml", "--output_dir", "run"]
+    assert cli_main([*rollout, "--task_data_files", "q.jsonl"]) == 0
+    traces = tmp_path / "run" / "traces.jsonl"
+    before = traces.read_bytes()
+    capsys.readouterr()
+    assert cli_main([*rollout, "--task_data_files", str(tmp_path / "q.jsonl")]) == 0  # resumes: nothing to do
+    assert "0 new debates (2 already done)" in capsys.readouterr().out
+    assert traces.read_bytes() == before
+    assert cli_main([*rollout, "--task_data_files", "./q.jsonl"]) == 0
+
+    eval_options = dict(tasks=["gsm8k"], methods=["majority_vote"], max_rounds=2, plots=False, output_dir="eval")
+    first = evaluate(EvalConfig(traces="run/traces.jsonl", **eval_options))
+    rows = read_samples(Path("eval/samples.jsonl"))
+    again = evaluate(EvalConfig(traces=str(traces), **eval_options))  # the absolute form: resumes, computes nothing
+    assert read_samples(Path("eval/samples.jsonl")) == rows
+    assert again["settings_fingerprint"] == first["settings_fingerprint"] and again["results"] == first["results"]
+
+
+# ---------------------------------------------------------------------------------------------------- train resume
+
+
+def _train_argv(tmp_path: Path, out: Path, *extra: str) -> list[str]:
+    return ["--model_name_or_path", str(tmp_path / "no-model"), "--dataset_path", str(tmp_path / "no-dataset-yet"),
+            "--per_device_train_batch_size", "4", "--num_generations", "2", "--report_to", "none",
+            "--output_dir", str(out), *extra]  # fmt: skip
+
+
+def test_train_resume_checks_the_checkpoint_before_any_work(tmp_path, capsys):
+    from metamod.config import parse_config, record_fingerprint
+    from metamod.rewards import get_reward_funcs
+    from metamod.train.grpo import ModeratorGRPOConfig, ModeratorModelConfig, TinyModelConfig, train_settings
+
+    fresh = tmp_path / "fresh"
+    assert cli_main(["train", *_train_argv(tmp_path, fresh, "--resume_from_checkpoint", "true")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("metamod train: error: resume_from_checkpoint=true but") and "no checkpoint-<step>" in err
+    assert not fresh.exists()
+
+    out = tmp_path / "run"
+    args, model_args, tiny_args = parse_config(
+        [ModeratorGRPOConfig, ModeratorModelConfig, TinyModelConfig], _train_argv(tmp_path, out)
+    )
+    _, args.reward_weights = get_reward_funcs(args.reward_funcs, args.reward_weights)  # as train() resolves them
+    record_fingerprint(out, train_settings(args, model_args, tiny_args), command="train")
+    checkpoint = out / "checkpoint-2"
+    checkpoint.mkdir()
+    (checkpoint / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))
+    (checkpoint / "adapter_model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{truncated")
+    before = _snapshot(out)
+    for resume in ("true", str(checkpoint)):
+        assert cli_main(["train", *_train_argv(tmp_path, out, "--resume_from_checkpoint", resume)]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("metamod train: error: ")
+        assert f"{checkpoint / 'adapter_model.safetensors'} is not a readable safetensors file" in lines[0]
+        assert _snapshot(out) == before  # no lock, no config, no dataset, no model
+    assert cli_main(["train", *_train_argv(tmp_path, out, "--resume_from_checkpoint", str(tmp_path / "nope"))]) == 2
+    assert "is not a folder; expected a checkpoint-<step> folder" in capsys.readouterr().err
+
+
+def test_training_samples_start_over_on_a_fresh_run_and_drop_redone_steps_on_resume(tmp_path):
+    from types import SimpleNamespace
+
+    from metamod.files import read_jsonl
+    from metamod.train.sample_log import SampleLogger
+
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "completion": "old", "rewards": {}}) + "\n" for s in (2, 4, 6)))
+    trainer = SimpleNamespace(_logs={"completion": ["<answer>4</answer>"], "rewards": {"control_reward": [1.0]}})
+
+    def run(resume: bool, start: int, steps: list[int]) -> None:
+        logger = SampleLogger(trainer, path, every=2, count=1, resume=resume)
+        logger.on_train_begin(None, SimpleNamespace(is_world_process_zero=True, global_step=start), None)
+        for step in steps:
+            logger.on_log(None, SimpleNamespace(is_world_process_zero=True, global_step=step), None)
+        logger.on_train_end(None, None, None)
+
+    run(resume=False, start=0, steps=[2])  # a fresh run: the old file is not appended to
+    assert read_jsonl(path) == [{"step": 2, "completion": "<answer>4</answer>", "rewards": {"control_reward": 1.0}}]
+    run(resume=False, start=0, steps=[2, 4, 6])
+    run(resume=True, start=4, steps=[6, 8])  # resumed from checkpoint-4: steps 5.. run (and are logged) again
+    assert [row["step"] for row in read_jsonl(path)] == [2, 4, 6, 8]

@@ -42,6 +42,19 @@ def test_hub_token_option_is_refused_before_anything_is_written(tiny_model_dir, 
     assert _files_holding(tmp_path, FAKE_TOKEN) == []
 
 
+def test_hub_token_on_the_command_line_is_one_line_and_written_nowhere(tiny_model_dir, dataset, tmp_path, capsys):
+    from metamod.cli import main as cli_main
+
+    out = tmp_path / "run"
+    argv = _argv(str(tiny_model_dir), dataset, out, "--max_steps", "1", "--hub_token", FAKE_TOKEN)
+    assert cli_main(["train", *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("metamod train: error: ") and "--hub_token" in lines[0]
+    assert FAKE_TOKEN not in lines[0]  # not even echoed
+    assert not out.exists()
+    assert _files_holding(tmp_path, FAKE_TOKEN) == []
+
+
 def test_training_with_a_token_in_the_environment_writes_it_nowhere(tiny_model_dir, dataset, tmp_path, monkeypatch):
     """2 GRPO steps with push_to_hub on (the Hub calls are stubbed: no network) and a checkpoint per step."""
     from transformers import Trainer

@@ -61,7 +61,10 @@ def resolve_models(config: EvalConfig) -> dict[str, BackendConfig]:
     needs = config.needs()
     specs: dict[str, BackendConfig] = {}
     llm_debaters = config.debaters != "simulated"
-    mod_kind = classify_model_path(config.moderator) if config.moderator else None
+    # the moderator path is read only when a chosen method uses it (itself, or its recorded base model), so
+    # `--methods majority_vote` with a config naming a moderator not trained yet works
+    uses_moderator = bool(needs & {"moderator", "moderator_base"}) or ("judge" in needs and not config.judge_model)
+    mod_kind = classify_model_path(config.moderator) if config.moderator and uses_moderator else None
     base = config.moderator_base
     if base is None and mod_kind == "adapter":
         base = adapter_base(config.moderator)

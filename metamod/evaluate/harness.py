@@ -16,8 +16,8 @@ run resumes where it stopped (questions already in ``samples.jsonl`` are skipped
 Resume is per cell ``(task, method, seed, question)``: each row carries the folder's settings fingerprint and each
 method record its own (:func:`method_fingerprints`). A rerun that changes a debate setting is refused (the
 differing keys are named; ``--overwrite true`` starts over); one that adds methods, questions or seeds, or changes
-a method's own settings (e.g. its adapter), computes exactly the missing cells (docs/contracts.md, "Resume and
-locking"). The output folder is locked for the whole run.
+a method's own settings (e.g. its adapter), computes exactly the missing cells (:mod:`metamod.evaluate.cells`;
+docs/contracts.md, "Resume and locking"). The output folder is locked for the whole run.
 """
 
 from __future__ import annotations
@@ -28,27 +28,26 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from metamod.config import (
-    check_fingerprint,
-    config_to_dict,
-    parse_config,
-    resume_settings,
-    save_resolved_config,
-    settings_fingerprint,
-)
+from metamod.config import check_fingerprint, parse_config, save_resolved_config
 from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent
 
-from ..files import (
-    FolderLock,
-    JsonlWriter,
-    atomic_write_json,
-    atomic_write_text,
-    check_unlocked,
-    path_signature,
-    read_jsonl,
-)
+from ..files import FolderLock, JsonlWriter, atomic_write_json, atomic_write_text, check_unlocked
 from .build import build_debaters, build_generators, layer_context, resolve_models
+from .cells import (  # re-exported: `from metamod.evaluate.harness import eval_settings` keeps working
+    RESULTS_FILE,
+    SAMPLES_FILE,
+    TABLE_FILE,
+    WHAT,
+    _memory_on,
+    clear_outputs,
+    current_rows,
+    eval_settings,
+    has_outputs,
+    method_fingerprints,
+    missing_cells,
+    read_samples,
+)
 from .config import EvalConfig
 from .decision import DECISION_LAYERS, build_layer
 from .metrics import task_metrics
@@ -57,9 +56,21 @@ from .report import markdown_tables, versions, write_plots
 
 logger = logging.getLogger(__name__)
 
-SAMPLES_FILE = "samples.jsonl"
-RESULTS_FILE = "results.json"
-TABLE_FILE = "table.md"
+__all__ = [
+    "RESULTS_FILE",
+    "SAMPLES_FILE",
+    "TABLE_FILE",
+    "compute_results",
+    "current_rows",
+    "eval_settings",
+    "evaluate",
+    "evaluate_batch",
+    "example_from_trace",
+    "load_inputs",
+    "main",
+    "method_fingerprints",
+    "read_samples",
+]
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -127,215 +138,6 @@ def load_inputs(config: EvalConfig) -> tuple[dict[str, list[Example]], dict[tupl
     for task, exs in examples.items():
         _check_examples(task, exs, config.traces or f"task {task!r}")
     return examples, reused
-
-
-def read_samples(path: Path) -> list[dict[str, Any]]:
-    """Rows of ``samples.jsonl`` as written; a torn last line (a crash mid-write) is dropped with a warning.
-
-    A rerun that adds methods appends rows holding only the new methods' records, so one question may have
-    several rows: :func:`current_rows` merges them (and keeps only the cells computed with the current settings).
-    """
-    return read_jsonl(path)
-
-
-# --------------------------------------------------------------------------------------------- cells and fingerprints
-
-#: what an eval folder holds, in a settings-mismatch message
-_WHAT = "eval rows and cached debates (from other debaters or debate settings)"
-#: EvalConfig keys that change no cell's result: WHICH cells to compute (cells are keyed by task, method, seed and
-#: question content) and where outputs go. Every key not listed here or in _METHOD_KEYS changes every cell.
-_SCOPE_KEYS = frozenset(
-    {
-        "tasks",
-        "task_options",
-        "limit",
-        "methods",
-        "seeds",
-        "reference_method",
-        "output_dir",
-        "resume",
-        "overwrite",
-        "plots",
-        "batch_questions",
-        "prompts_file",
-    }
-)
-#: keys that change only the methods that use them (part of those methods' cell fingerprints)
-_METHOD_KEYS = frozenset(
-    {
-        "moderator",
-        "moderator_base",
-        "moderator_backend",
-        "moderator_backend_options",
-        "moderator_max_tokens",
-        "moderator_temperature",
-        "judge_model",
-        "judge_backend",
-        "judge_max_tokens",
-        "fixed_rounds",
-        "sc_samples",
-    }
-)
-_ROLE_KNOBS = {
-    "moderator": ("moderator_max_tokens", "moderator_temperature"),
-    "moderator_base": ("moderator_max_tokens", "moderator_temperature"),
-    "judge": ("judge_max_tokens",),
-}
-_METHOD_KNOBS = {"adjudication_only": ("fixed_rounds",), "single_cot_sc": ("sc_samples",)}
-#: with a memory on, cells depend on everything the memory saw before them: only these keys are free
-_MEMORY_FREE_KEYS = frozenset({"output_dir", "resume", "overwrite", "plots", "prompts_file"})
-
-
-def _memory_on(memory_config: Any) -> bool:
-    return memory_config is not None and memory_config.memory not in (None, "none")
-
-
-def eval_settings(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
-    """The settings shared by every cell of an evaluation (hashed into ``output_dir/.fingerprint.json``).
-
-    Debate and simulation settings, debater model, prompts, ``mode``, the ``traces`` file's content, and, with a
-    memory, everything but the output options. A rerun that changes one of them is refused.
-
-    >>> from metamod.evaluate.config import EvalConfig
-    >>> s = eval_settings(EvalConfig(methods=["majority_vote"], max_rounds=3))
-    >>> s["max_rounds"], "methods" in s, "fixed_rounds" in s
-    (3, False, False)
-    """
-    import dataclasses
-
-    resolved = config_to_dict(config, memory_config)
-    if _memory_on(memory_config):
-        free: set[str] = set(_MEMORY_FREE_KEYS)
-    else:
-        memory_keys = {f.name for f in dataclasses.fields(memory_config)} if memory_config is not None else set()
-        free = set(_SCOPE_KEYS) | set(_METHOD_KEYS) | memory_keys
-    settings = resume_settings(resolved, free)
-    if config.traces:
-        settings["traces_signature"] = path_signature(config.traces)
-    debater_model = path_signature(config.debater_model) if config.debaters != "simulated" else None
-    if debater_model:
-        settings["debater_model_signature"] = debater_model
-    return settings
-
-
-def _spec_record(spec: Any) -> dict[str, Any]:
-    import dataclasses
-
-    record = dataclasses.asdict(spec)
-    signatures = {key: path_signature(record[key]) for key in ("model", "adapter") if record.get(key)}
-    record["signatures"] = {key: value for key, value in signatures.items() if value}
-    return record
-
-
-def method_fingerprints(config: EvalConfig, specs: dict[str, Any], settings_fp: str) -> dict[str, str]:
-    """One fingerprint per method: the shared settings plus the models and options that method uses.
-
-    A changed moderator adapter therefore recomputes the moderator methods' cells and keeps the baselines'.
-
-    >>> from metamod.evaluate.config import EvalConfig
-    >>> a = method_fingerprints(EvalConfig(methods=["majority_vote", "single_cot_sc"]), {}, "x")
-    >>> b = method_fingerprints(EvalConfig(methods=["majority_vote", "single_cot_sc"], sc_samples=3), {}, "x")
-    >>> a["majority_vote"] == b["majority_vote"], a["single_cot_sc"] == b["single_cot_sc"]
-    (True, False)
-    """
-    from metamod.registry import resolve
-
-    out = {}
-    for method in config.methods:
-        layer = resolve(DECISION_LAYERS, method, what="evaluation method")
-        roles = [r for r in getattr(layer, "needs", ()) if r in specs]
-        if method in DECISION_LAYERS:
-            keys = sorted({k for r in roles for k in _ROLE_KNOBS.get(r, ())} | set(_METHOD_KNOBS.get(method, ())))
-        else:  # a dotted-path method: we cannot know what it reads
-            keys, roles = sorted(_METHOD_KEYS), sorted(specs)
-        record = {
-            "method": method,
-            "settings": settings_fp,
-            "options": {k: getattr(config, k) for k in keys},
-            "models": {r: _spec_record(specs[r]) for r in roles},
-        }
-        out[method] = settings_fingerprint(record)
-    return out
-
-
-def _index(examples: dict[str, list[Example]]) -> dict[tuple[str, str], Example]:
-    return {(task, ex.id): ex for task, exs in examples.items() for ex in exs}
-
-
-def current_rows(
-    rows: list[dict[str, Any]],
-    examples: dict[str, list[Example]],
-    seeds: list[int],
-    settings_fp: str,
-    method_fps: dict[str, str],
-) -> list[dict[str, Any]]:
-    """One merged row per current (task, seed, question), holding only the method records of the current cells.
-
-    A record counts when its row was written under ``settings_fp``, its question text and gold answer are the
-    current example's, and the row's ``fingerprints[method]`` is the method's current one; later rows win. Rows come out in the
-    order of ``seeds`` and ``examples``.
-    """
-    index = _index(examples)
-    merged: dict[tuple[str, int, str], dict[str, Any]] = {}
-    for row in rows:
-        seed = row.get("seed", 0)
-        ex = index.get((row.get("task"), row.get("id")))
-        if row.get("settings") != settings_fp or ex is None or seed not in seeds:
-            continue
-        if row.get("question") != ex.prompt_text() or row.get("gold") != ex.gold:
-            continue
-        stamps = row.get("fingerprints") or {}
-        methods = {
-            m: r for m, r in (row.get("methods") or {}).items() if m in method_fps and stamps.get(m) == method_fps[m]
-        }
-        if not methods:
-            continue
-        key = (row["task"], seed, row["id"])
-        if key not in merged:
-            merged[key] = {**row, "methods": {}, "fingerprints": {}}
-        elif not merged[key].get("rounds") and row.get("rounds"):
-            merged[key].update({k: v for k, v in row.items() if k not in ("methods", "fingerprints")})
-        merged[key]["methods"].update(methods)
-        merged[key]["fingerprints"].update({m: method_fps[m] for m in methods})
-    ordered = []
-    for seed in seeds:
-        for task, exs in examples.items():
-            for ex in exs:
-                row = merged.get((task, seed, ex.id))
-                if row is not None:
-                    ordered.append(
-                        {**row, "methods": {m: row["methods"][m] for m in method_fps if m in row["methods"]}}
-                    )
-    return ordered
-
-
-def _missing_cells(
-    done: list[dict[str, Any]], examples: dict[str, list[Example]], seeds: list[int], methods: list[str]
-) -> dict[tuple[str, int, str], tuple[str, ...]]:
-    """``(task, seed, id) -> methods still to compute`` for every current question (empty tuples left out)."""
-    have = {(r["task"], r.get("seed", 0), r["id"]): set(r["methods"]) for r in done}
-    missing = {}
-    for seed in seeds:
-        for task, exs in examples.items():
-            for ex in exs:
-                todo = tuple(m for m in methods if m not in have.get((task, seed, ex.id), set()))
-                if todo:
-                    missing[(task, seed, ex.id)] = todo
-    return missing
-
-
-def _has_outputs(output_dir: Path) -> bool:
-    return output_dir.is_dir() and any(
-        any(output_dir.glob(pattern)) for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", "memory-seed*.json")
-    )
-
-
-def _start_over(output_dir: Path) -> None:
-    """Delete what a resumed evaluation would reuse (samples, cached debates, memory states) and the old results."""
-    for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", "memory-seed*.json", RESULTS_FILE, TABLE_FILE):
-        for path in output_dir.glob(pattern):
-            logger.info("eval: starting over, deleting %s", path)
-            path.unlink()
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
@@ -534,13 +336,13 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
     specs = resolve_models(config)
     settings = eval_settings(config, memory_config)
     if not start_over:
-        check_fingerprint(output_dir, settings, outputs=_has_outputs(output_dir), command="eval", what=_WHAT)
+        check_fingerprint(output_dir, settings, outputs=has_outputs(output_dir), command="eval", what=WHAT)
     with FolderLock(output_dir):
         if start_over:
-            _start_over(output_dir)
-        outputs = _has_outputs(output_dir)
+            clear_outputs(output_dir)
+        outputs = has_outputs(output_dir)
         settings_fp = check_fingerprint(
-            output_dir, settings, overwrite=start_over, record=True, outputs=outputs, command="eval", what=_WHAT
+            output_dir, settings, overwrite=start_over, record=True, outputs=outputs, command="eval", what=WHAT
         )
         return _evaluate(config, memory_config, output_dir, examples, reused, specs, settings_fp)
 
@@ -558,7 +360,7 @@ def _evaluate(
     samples_path = output_dir / SAMPLES_FILE
     method_fps = method_fingerprints(config, specs, settings_fp)
     done = current_rows(read_samples(samples_path), examples, config.seeds, settings_fp, method_fps)
-    missing = _missing_cells(done, examples, config.seeds, config.methods)
+    missing = missing_cells(done, examples, config.seeds, config.methods)
     save_resolved_config(output_dir / "config.yaml", config, memory_config)
     memory_on = _memory_on(memory_config)
     batch_size = memory_config.memory_batch_size if memory_on else config.batch_questions

@@ -267,9 +267,25 @@ def embedded_name_of(path: str | os.PathLike | None) -> str | None:
 # --------------------------------------------------------------------------------------------- CLI
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one-line :class:`~metamod.config.ConfigError`\ s (``metamod model: error: ...``,
+    exit 2, from the dispatcher) instead of a usage block and ``SystemExit``."""
+
+    def error(self, message: str):
+        from metamod.config import ConfigError
+
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``metamod model prepare|path|list [name] [--force]``: manage the embedded models."""
-    parser = argparse.ArgumentParser(prog="metamod model", description="Manage the models that ship with metamod.")
+    """``metamod model prepare|path|list [name] [--force]``: manage the embedded models.
+
+    >>> main(["prepare", "--frce"])
+    Traceback (most recent call last):
+    ...
+    metamod.errors.ConfigError: unrecognized arguments: --frce (see `metamod model --help`)
+    """
+    parser = _Parser(prog="metamod model", description="Manage the models that ship with metamod.")
     sub = parser.add_subparsers(dest="action", required=True)
     prep = sub.add_parser("prepare", help="convert an embedded model into a Hugging Face folder (once)")
     prep.add_argument("name", nargs="?", default=DEFAULT_EMBEDDED, help=f"one of {', '.join(EMBEDDED_MODELS)}")

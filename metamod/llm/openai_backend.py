@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from metamod.errors import MetamodError
 from metamod.llm.base import Conversation, Generation, SamplingConfig
 
 logger = logging.getLogger(__name__)
@@ -35,8 +36,12 @@ T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 409, 429})  # plus every 5xx
 
 
-class BackendError(RuntimeError):
-    """A request to a generation server failed (after retries, or with a non-retryable error)."""
+class BackendError(MetamodError, RuntimeError):
+    """A request to a generation server failed (after retries, or with a non-retryable error).
+
+    A :class:`~metamod.errors.MetamodError` (the server or its address is the problem, not the code): the CLI
+    reports it as one line (exit 2).
+    """
 
 
 def approx_tokens(conversation: Conversation) -> int:

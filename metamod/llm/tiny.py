@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metamod.files import atomic_write_json
+
 logger = logging.getLogger(__name__)
 
 IM_START = "<|im_start|>"
@@ -318,7 +320,7 @@ def build_tiny_model(
     )
     model.save_pretrained(tmp_dir)
     tokenizer.save_pretrained(tmp_dir)
-    (tmp_dir / BUILD_ARGS_FILE).write_text(json.dumps(args, indent=2, sort_keys=True) + "\n")
+    atomic_write_json(tmp_dir / BUILD_ARGS_FILE, args, indent=2, sort_keys=True)
 
     if output_dir.exists():
         shutil.rmtree(output_dir)

@@ -31,6 +31,7 @@ from metamod.config import (
     parse_config,
     read_fingerprint,
     record_fingerprint,
+    resolve_local_paths,
     resume_settings,
     save_resolved_config,
     settings_fingerprint,
@@ -285,12 +286,13 @@ def _model_signatures(config: RolloutConfig) -> dict[str, str]:
 
 def rollout_settings(task_config: TaskConfig, config: RolloutConfig, sim_config: SimulationConfig) -> dict[str, Any]:
     """The settings a rollout's traces depend on (hashed into ``.fingerprint.json``): the resolved config without
-    the resume-free keys, plus signatures of local model folders (``model_signatures``)."""
+    the resume-free keys, plus signatures of local model folders (``model_signatures``). Local paths (task files,
+    model folders) are made absolute, so a rerun naming the same file another way resumes."""
     settings = resume_settings(config_to_dict(task_config, config, sim_config), _RESUME_FREE_KEYS)
     signatures = _model_signatures(config)
     if signatures:
         settings["model_signatures"] = signatures
-    return settings
+    return resolve_local_paths(settings)
 
 
 def _has_traces(output_dir: Path) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from metamod.errors import MetamodError
 from metamod.files import JsonlWriter, iter_jsonl, repair_torn_tail  # repair_torn_tail: also imported from here
 
 logger = logging.getLogger(__name__)
@@ -60,8 +61,11 @@ _RESPONSE_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-class TraceError(ValueError):
-    """A trace file or trace object that does not follow the schema (the message names file:line and field)."""
+class TraceError(MetamodError, ValueError):
+    """A trace file or trace object that does not follow the schema (the message names file:line and field).
+
+    A :class:`~metamod.errors.MetamodError`: the CLI reports it as one line (exit 2).
+    """
 
 
 def _type_names(types: tuple[type, ...]) -> str:

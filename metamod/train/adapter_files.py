@@ -4,7 +4,8 @@
 is copied or uploaded: ``adapter_config.json`` must parse, the weights file must read (``safetensors.safe_open``:
 header and tensors), the tensor names must be the LoRA A/B pairs of the configured ``target_modules``, the shapes
 must carry the configured rank ``r`` (or its ``rank_pattern`` override) and every value must be finite. Problems
-raise :class:`metamod.config.ConfigError` naming the file and what is wrong.
+raise :class:`metamod.config.ConfigError` naming the file and what is wrong. :func:`check_resume_checkpoint` does
+the same for the checkpoint ``metamod train --resume_from_checkpoint`` would load.
 
 >>> checkpoint_step(Path("run/checkpoint-40"))
 40
@@ -264,3 +265,61 @@ def check_adapter(adapter_dir: str | os.PathLike) -> dict[str, tuple[int, ...]]:
             "adapter would not load; export another checkpoint (--checkpoint) or retrain"
         )
     return shapes
+
+
+# ---------------------------------------------------------------- resuming training
+
+
+def check_resume_checkpoint(resume_from_checkpoint: Any, output_dir: str | os.PathLike) -> str | None:
+    """The checkpoint folder ``metamod train --resume_from_checkpoint`` names, checked before any model loads.
+
+    ``true`` means the latest ``checkpoint-<step>`` of ``output_dir`` (what ``transformers`` resumes from). The
+    checkpoint's adapter (:func:`check_adapter`: config, weights, shapes) or full model weights (safetensors
+    header) and its ``trainer_state.json`` must load, so a missing or corrupt checkpoint is a one-line error
+    and nothing is written.
+
+    Args:
+        resume_from_checkpoint: the option's value (``None``/``false``: a fresh start; ``true``; a folder).
+        output_dir: the run folder (searched for ``true``).
+
+    Returns:
+        The checkpoint folder, or ``None`` for a fresh start.
+
+    Raises:
+        ConfigError: no checkpoint to resume from, or one that would not load (naming the file).
+
+    >>> check_resume_checkpoint(None, "runs/x") is None and check_resume_checkpoint("false", "runs/x") is None
+    True
+    """
+    from metamod.errors import check_safetensors, load_json
+
+    value = resume_from_checkpoint
+    text = str(value).strip().lower()
+    if value is None or value is False or text in ("", "false", "none", "null"):
+        return None
+    if value is True or text == "true":
+        from transformers.trainer_utils import get_last_checkpoint
+
+        folder = Path(output_dir)
+        last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+        if last is None:
+            raise ConfigError(
+                f"resume_from_checkpoint=true but {folder} holds no checkpoint-<step> folder to resume from; expected "
+                "the output_dir of an interrupted run (drop resume_from_checkpoint to start fresh)"
+            )
+        checkpoint = Path(last)
+    else:
+        checkpoint = Path(str(value)).expanduser()
+        if not checkpoint.is_dir():
+            raise ConfigError(
+                f"resume_from_checkpoint {str(value)!r} is not a folder; expected a checkpoint-<step> folder of a "
+                "run (or true: the latest one in output_dir)"
+            )
+    if (checkpoint / ADAPTER_CONFIG).is_file():
+        check_adapter(checkpoint)
+    elif (checkpoint / "model.safetensors").is_file():
+        check_safetensors(checkpoint / "model.safetensors", what="checkpoint weights")
+    state = checkpoint / "trainer_state.json"
+    if state.is_file():
+        load_json(state, what="trainer state (JSON object) of the checkpoint")
+    return str(checkpoint)

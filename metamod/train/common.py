@@ -129,7 +129,14 @@ def check_columns(dataset, *, where: str, required: Sequence[str] = REQUIRED_COL
             f"{list(required)} (see docs/contracts.md); build one with `metamod build-dataset`."
         )
     if len(dataset) == 0:
-        raise ValueError(f"{where} is empty")
+        from metamod.errors import InputError
+
+        raise InputError(
+            f"{where} is empty (0 rows); expected at least 1 row. Rebuild the dataset with `metamod build-dataset "
+            "--traces <traces.jsonl>` from traces that hold debates, and check the options that filter rows "
+            "(build-dataset's validation_fraction for the validation split; train's max_prompt_tokens, "
+            "max_train_examples)"
+        )
     first = dataset[0]
     prompt = first["prompt"]
     if not (isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) and "content" in prompt[0]):

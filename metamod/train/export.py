@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from metamod.config import ConfigError
+from metamod.files import atomic_write_json
 from metamod.train.adapter_files import (  # noqa: F401 (checkpoint_step, list_checkpoints: the old import path)
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -308,7 +309,7 @@ def _copy_adapter(adapter_dir: Path, output_dir: Path, base_model: str, override
     config = read_adapter_config(adapter_dir)
     if override_base:
         config["base_model_name_or_path"] = base_model
-    (output_dir / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    atomic_write_json(output_dir / ADAPTER_CONFIG, config, indent=2, sort_keys=True)
     if (adapter_dir / ADAPTER_WEIGHTS).is_file():
         shutil.copy2(adapter_dir / ADAPTER_WEIGHTS, output_dir / ADAPTER_WEIGHTS)
     else:  # older PEFT pickle weights: convert, so the export is always safetensors

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
 from trl import GRPOConfig, ModelConfig
 
 from metamod.llm.tiny import TinyModelConfig
 from metamod.rewards import DEFAULT_REWARDS, get_reward_funcs, rewards_help
 from metamod.train import common
+from metamod.train.adapter_files import check_resume_checkpoint
+from metamod.train.sample_log import SampleLogger
 from metamod.train.sft import WARM_START_DIR
 
 logger = logging.getLogger(__name__)
@@ -213,36 +214,6 @@ class ModeratorModelConfig(ModelConfig):
             raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
 
 
-class SampleLogger(TrainerCallback):
-    """Writes a few of the latest completions (with their per-reward scores) to ``samples.jsonl``."""
-
-    def __init__(self, trainer: Any, path: Path, *, every: int, count: int):
-        self.trainer, self.path, self.every, self.count = trainer, path, every, count
-        self._last_step = -1
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not self.every or state.global_step % self.every:
-            return
-        if state.global_step == self._last_step:
-            return
-        self._last_step = state.global_step
-        store = getattr(self.trainer, "_logs", None) or {}
-        completions = list(store.get("completion", []))[-self.count :]
-        rewards = {name: list(values)[-len(completions) :] for name, values in store.get("rewards", {}).items()}
-        with self.path.open("a") as fh:
-            for i, completion in enumerate(completions):
-                from metamod.rewards import completion_text
-
-                text = completion_text(completion)
-                scores = {name: _finite(values[i]) for name, values in rewards.items() if i < len(values)}
-                fh.write(json.dumps({"step": state.global_step, "completion": text, "rewards": scores}) + "\n")
-                logger.info("sample @%d: %r %s", state.global_step, text[:120], scores)
-
-
-def _finite(value: float) -> float | None:
-    return None if value is None or value != value else float(value)
-
-
 def _setup_trackers(args: ModeratorGRPOConfig) -> None:
     if "wandb" in (args.report_to or []):
         os.environ.setdefault("WANDB_DIR", str(args.output_dir))
@@ -284,7 +255,9 @@ def record_base_alias(adapter_dir: str | Path, model_name_or_path: str) -> None:
         return
     config = json.loads(config_path.read_text())
     config["base_model_name_or_path"] = embedded_name_of(model_name_or_path)
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    from metamod.files import atomic_write_json
+
+    atomic_write_json(config_path, config, indent=2, sort_keys=True)  # a crash keeps the old, loadable file
 
 
 def refuse_hub_token(args: ModeratorGRPOConfig) -> None:
@@ -369,11 +342,12 @@ def train_settings(
     model_path: str | None = None,
 ) -> dict[str, Any]:
     """The settings a run's adapter depends on (``output_dir/.fingerprint.json``): every option except
-    :data:`_TRAIN_FREE_KEYS`, plus signatures of a local dataset folder and base-model folder."""
-    from metamod.config import config_to_dict, resume_settings
+    :data:`_TRAIN_FREE_KEYS`, plus signatures of a local dataset folder and base-model folder (local paths are
+    made absolute: naming the same folder another way is the same setting)."""
+    from metamod.config import config_to_dict, resolve_local_paths, resume_settings
     from metamod.files import path_signature
 
-    settings = resume_settings(config_to_dict(model_args, tiny_args, args), _TRAIN_FREE_KEYS)
+    settings = resolve_local_paths(resume_settings(config_to_dict(model_args, tiny_args, args), _TRAIN_FREE_KEYS))
     dataset = path_signature(args.dataset_path, depth=1) if args.dataset_path else None
     if dataset:
         settings["dataset_signature"] = dataset
@@ -481,6 +455,8 @@ def _train(
                 "overwrite=true deletes the checkpoints that resume_from_checkpoint would resume from; drop one"
             )
         check_run_folder(args, train_settings(args, model_args, tiny_args))
+    # a missing or corrupt checkpoint: one line, before any model loads or any file lands
+    resume = check_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
     prepare_dataset(args)
     train_ds = common.load_split(args.dataset_path, args.dataset_train_split)
     common.check_columns(train_ds, where=f"{args.dataset_path}[{args.dataset_train_split}]")
@@ -541,14 +517,20 @@ def _train(
         processing_class=tokenizer,
         peft_config=peft_config,
     )
+    sample_logger = None
     if args.sample_log_steps:
-        trainer.add_callback(
-            SampleLogger(trainer, output_dir / SAMPLES_FILE, every=args.sample_log_steps, count=args.sample_log_count)
-        )
-    resume = args.resume_from_checkpoint
-    if isinstance(resume, str) and resume.lower() == "true":
-        resume = True
-    result = trainer.train(resume_from_checkpoint=resume)
+        sample_logger = SampleLogger(
+            trainer, output_dir / SAMPLES_FILE, every=args.sample_log_steps, count=args.sample_log_count,
+            resume=bool(resume),
+        )  # fmt: skip
+        trainer.add_callback(sample_logger)
+    elif not resume and is_main_process():  # a fresh start: samples of an earlier run would read as this run's
+        (output_dir / SAMPLES_FILE).unlink(missing_ok=True)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    finally:
+        if sample_logger is not None:
+            sample_logger.close()
     trainer.save_model(str(output_dir))
     record_base_alias(output_dir, model_args.model_name_or_path)
     trainer.save_state()  # trainer_state.json (full log history) beside the adapter

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metamod.errors import MetamodError
 from metamod.train.adapter_files import ADAPTER_CONFIG, check_adapter
 
 logger = logging.getLogger(__name__)
@@ -36,8 +37,11 @@ _CHUNK = 8 * 1024 * 1024
 DEFAULT_COMMIT_MESSAGE = "Upload Meta-Moderator adapter (metamod export)"
 
 
-class HubUploadError(RuntimeError):
-    """The Hub upload cannot happen (no token, offline mode, no network, no write access); says what to do."""
+class HubUploadError(MetamodError, RuntimeError):
+    """The Hub upload cannot happen (no token, offline mode, no network, no write access); says what to do.
+
+    A :class:`~metamod.errors.MetamodError`: the CLI reports it as one line (exit 2).
+    """
 
 
 @dataclass
