@@ -55,10 +55,10 @@ WORLDS: dict[str, World] = {
         train_questions=32,
         eval_questions=32,
         output_dir="checkpoints/demo",
-        # ~7 s per SFT step (4 rows) and ~20 s per GRPO step (8 completions) on 2 cores: the demo's share of the
+        # ~10 s per SFT step (4 rows) and ~25 s per GRPO step (8 completions) on 2 cores: the demo's share of the
         # 15 minutes; configs/train/smol_moderator.yaml (24 + 12) is what benchmarks/README.md measures
         warm_start_steps=16,
-        grpo_steps=6,
+        grpo_steps=4,
         # the rows the demo has time for; the benchmark run evaluates every method (benchmarks/README.md)
         methods=(
             "single_cot",
@@ -114,7 +114,7 @@ class DemoConfig:
         default=None, metadata={"help": "SFT warm-start steps (None: the world's: real 16, simulated the config's)."}
     )
     grpo_steps: int | None = field(
-        default=None, metadata={"help": "GRPO steps (None: the world's: real 6, simulated the train config's)."}
+        default=None, metadata={"help": "GRPO steps (None: the world's: real 4, simulated the train config's)."}
     )
     quick: bool = field(
         default=False,
