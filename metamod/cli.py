@@ -21,7 +21,7 @@ from metamod.registry import import_dotted
 #: command -> (entry point, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("metamod.rollout.run:main", "generate debate traces (simulated or LLM debaters) -> traces.jsonl"),
-    "merge-shards": ("metamod.rollout.run:merge_main", "merge sharded traces.jsonl files into one"),
+    "merge-shards": ("metamod.rollout.merge:merge_main", "merge sharded traces.jsonl files into one"),
     "build-dataset": ("metamod.rollout.snapshots:main", "turn traces into the moderator dataset (eta labels)"),
     "train": ("metamod.train.grpo:main", "train the moderator with TRL GRPO + LoRA"),
     "export": ("metamod.train.export:main", "export an adapter (+ model card, merged weights) locally or to the Hub"),

@@ -1,5 +1,6 @@
 """HFGenerator on the tiny model: batching, left padding, n samples, stop strings, token counts, adapters."""
 
+import dataclasses
 import re
 
 import pytest
@@ -192,3 +193,78 @@ def test_cpu_attention_equals_transformers_sdpa_with_padding(tiny_dir):
         b = fast(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(a[mask.bool()], b[mask.bool()])
     assert HFGenerator(str(tiny_dir), device="cpu").model.config._attn_implementation == ATTENTION_NAME
+
+
+# ---------------------------------------------------------------------------------------------- token log-probs
+
+
+def _reference_greedy(model, prompt_ids, steps):
+    """Greedy decoding by full forward passes (no cache, no padding): the tokens and their raw log-probs."""
+    import torch
+
+    ids, logprobs = list(prompt_ids), []
+    with torch.inference_mode():
+        for _ in range(steps):
+            last = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].float(), dim=-1)
+            token = int(last.argmax())
+            ids.append(token)
+            logprobs.append(float(last[token]))
+    return ids[len(prompt_ids) :], logprobs
+
+
+def _teacher_forced(model, prompt_ids, completion_ids):
+    """Raw-model log-probs of ``completion_ids`` after ``prompt_ids`` from one forward pass."""
+    import torch
+
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)])
+    with torch.inference_mode():
+        logprobs = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+    positions = torch.arange(len(prompt_ids) - 1, ids.shape[1] - 1)
+    return logprobs[positions, torch.tensor(completion_ids)].tolist()
+
+
+@pytest.mark.parametrize("decode", ["pruned", "generate"])
+def test_greedy_token_logprobs_match_a_full_forward(tiny_dir, decode):
+    """Left-padded batch (prompts of different lengths), n=2: each token's log-prob is the model's own."""
+    gen = HFGenerator(str(tiny_dir), device="cpu", batch_size=3, decode=decode)
+    out = gen.chat(CONVS, SamplingConfig(temperature=0, max_tokens=8, n=2, logprobs=True))
+    assert len({len(gen._prompt_ids(c)) for c in CONVS}) == 3 and len(out) == 6
+    for k, conv in enumerate(CONVS):
+        tokens, expected = _reference_greedy(gen.model, gen._prompt_ids(conv), 8)
+        for g in out[2 * k : 2 * k + 2]:
+            assert len(g.token_logprobs) == g.completion_tokens
+            assert all(v <= 0 for v in g.token_logprobs)
+            assert g.token_logprobs == pytest.approx(expected[: g.completion_tokens], abs=1e-4)
+            assert g.perplexity() >= 1
+        assert out[2 * k].token_logprobs is not out[2 * k + 1].token_logprobs  # repeated greedy rows: copies
+
+
+def test_sampled_token_logprobs_are_raw_model_logprobs(tiny_dir):
+    """At temperature 0.5 / top-p 0.9 the log-probs are still the model's own distribution (not the warped one)."""
+    from metamod.llm.hf_decode import decode_rows
+
+    gen = HFGenerator(str(tiny_dir), device="cpu")
+    prompts = [gen._prompt_ids(CONVS[0]), gen._prompt_ids(CONVS[1])]
+    rows = [prompts[0], prompts[0], prompts[1]]
+    logprobs: list[list[float]] = []
+    ids = decode_rows(
+        gen.model, rows, pad_id=gen.tokenizer.pad_token_id, eos_ids=gen._eos_ids(), max_new_tokens=8,
+        temperature=0.5, top_p=0.9, seed=3, logprobs_out=logprobs,
+    )  # fmt: skip
+    assert [len(x) for x in logprobs] == [len(x) for x in ids]
+    for prompt, row_ids, row_logprobs in zip(rows, ids, logprobs, strict=True):
+        assert row_logprobs == pytest.approx(_teacher_forced(gen.model, prompt, row_ids), abs=1e-4)
+    sampling = SamplingConfig(temperature=0.5, top_p=0.9, max_tokens=8, n=3, seed=5, logprobs=True)
+    out = gen.chat(CONVS, sampling)
+    assert all(len(g.token_logprobs) == g.completion_tokens and max(g.token_logprobs) <= 0 for g in out)
+    assert [g.text for g in out] == [g.text for g in gen.chat(CONVS, dataclasses.replace(sampling, logprobs=False))]
+
+
+def test_logprobs_off_leaves_none_and_stop_strings_keep_the_invariant(gen):
+    plain = gen.chat(CONVS, SamplingConfig(temperature=0, max_tokens=10))
+    assert all(g.token_logprobs is None and g.perplexity() is None for g in plain)
+    base = gen.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=20, logprobs=True))[0]
+    stop = re.findall(r"[A-Za-z]{2,}", base.text)[-1]
+    cut = gen.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=20, stop=[stop], logprobs=True))[0]
+    assert 1 <= cut.completion_tokens <= base.completion_tokens
+    assert cut.token_logprobs == base.token_logprobs[: cut.completion_tokens]  # through the stop-completing token

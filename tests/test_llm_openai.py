@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import math
 
 import httpx
 import pytest
@@ -186,3 +187,46 @@ def test_wrong_choice_count_and_config_checks():
         OpenAIGenerator("m", base_url="localhost:8000")
     built = build_generator(BackendConfig(backend="openai", model="m", max_concurrency=2))
     assert isinstance(built, OpenAIGenerator) and built.max_concurrency == 2
+
+
+def with_logprobs(request: httpx.Request) -> httpx.Response:
+    """A vLLM-like server: one ``logprobs.content`` entry per generated token, usage = their total."""
+    body = json.loads(request.content)
+    n = body.get("n", 1)
+    lengths = [2 + i for i in range(n)]
+    choices = []
+    for i, length in reversed(list(enumerate(lengths))):
+        content = [
+            {"token": f"t{k}", "logprob": -0.5 * (k + 1), "bytes": None, "top_logprobs": []} for k in range(length)
+        ]
+        choices.append(
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": "x" * (10 - i)},  # by text length: 3 + 2
+                "logprobs": {"content": content} if body.get("logprobs") else None,
+                "finish_reason": "stop",
+            }
+        )
+    return httpx.Response(
+        200, json={"choices": choices, "usage": {"prompt_tokens": 5, "completion_tokens": sum(lengths)}}
+    )
+
+
+def test_logprobs_requested_and_parsed():
+    seen = []
+    gen = make(lambda r: seen.append(json.loads(r.content)) or with_logprobs(r))
+    out = gen.chat([CONV], SamplingConfig(n=2, logprobs=True))
+    assert seen[-1]["logprobs"] is True
+    assert [g.token_logprobs for g in out] == [[-0.5, -1.0], [-0.5, -1.0, -1.5]]
+    assert [g.completion_tokens for g in out] == [2, 3]  # usage split by log-prob counts, not text length
+    assert out[1].perplexity() == pytest.approx(math.e)
+    plain = gen.chat([CONV], SamplingConfig(n=2))
+    assert "logprobs" not in seen[-1] and all(g.token_logprobs is None for g in plain)
+
+
+def test_server_without_logprobs_is_a_clear_error():
+    gen = make(completion)  # ignores `logprobs: true`
+    with pytest.raises(
+        BackendError, match=r"http://test/v1/chat/completions \(model 'served-model'\) did not return log-probs"
+    ):
+        gen.chat([CONV], SamplingConfig(logprobs=True))

@@ -1,9 +1,13 @@
-"""vLLM backend: pure helpers always; the engine only where vllm and a CUDA GPU exist."""
+"""vLLM backend: pure helpers always, ``chat`` over a fake engine; the engine only where vllm and a CUDA GPU exist."""
+
+import sys
+import types
+from dataclasses import dataclass, field
 
 import pytest
 
 from metamod.llm import BackendConfig, SamplingConfig, build_generator, is_vllm_available
-from metamod.llm.vllm_backend import INSTALL_HINT, sampling_kwargs
+from metamod.llm.vllm_backend import INSTALL_HINT, VLLMGenerator, sampling_kwargs
 
 
 def _has_cuda() -> bool:
@@ -19,6 +23,85 @@ def test_sampling_kwargs():
     kw = sampling_kwargs(SamplingConfig(temperature=0.7, top_p=0.9, max_tokens=5, n=3, seed=1, stop=["x"]))
     assert kw == {"n": 3, "temperature": 0.7, "top_p": 0.9, "max_tokens": 5, "seed": 1, "stop": ["x"]}
     assert sampling_kwargs(SamplingConfig(temperature=0))["top_p"] == 1.0
+    assert sampling_kwargs(SamplingConfig(logprobs=True))["logprobs"] == 0  # the sampled token's log-prob only
+
+
+# The shapes of vllm 0.31.0's outputs (vllm/outputs.py, vllm/logprobs.py), without vllm.
+@dataclass
+class FakeLogprob:
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
+class FakeCompletion:
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[int, FakeLogprob]] | None
+    finish_reason: str = "stop"
+
+
+@dataclass
+class FakeRequest:
+    prompt_token_ids: list[int]
+    outputs: list[FakeCompletion] = field(default_factory=list)
+
+
+class FakeLLM:
+    """``LLM.chat``: two samples per conversation, listed out of order; log-probs only when asked for."""
+
+    def __init__(self, *, drop_logprobs: bool = False):
+        self.calls, self.drop_logprobs = [], drop_logprobs
+
+    def chat(self, conversations, *, sampling_params, **kwargs):
+        self.calls.append(sampling_params)
+        want = sampling_params.kwargs.get("logprobs") is not None and not self.drop_logprobs
+        requests = []
+        for c, _conv in enumerate(conversations):
+            outputs = []
+            for i in reversed(range(sampling_params.kwargs["n"])):
+                ids = [10 + c, 20 + i, 2][: 2 + i]
+                # the sampled token first, then (logprobs >= 1) the top tokens; the sampled one is the key to read
+                positions = [{t: FakeLogprob(-0.1 * (k + 1) - c), 99: FakeLogprob(-0.01)} for k, t in enumerate(ids)]
+                outputs.append(FakeCompletion(i, f"c{c} s{i}", ids, positions if want else None))
+            requests.append(FakeRequest(prompt_token_ids=[1] * (3 + c), outputs=outputs))
+        return requests
+
+
+def _fake_generator(monkeypatch, llm: FakeLLM) -> VLLMGenerator:
+    module = types.ModuleType("vllm")
+    module.SamplingParams = lambda **kwargs: types.SimpleNamespace(kwargs=kwargs)
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    gen = VLLMGenerator.__new__(VLLMGenerator)  # no engine: only chat() is exercised
+    gen.llm, gen.name, gen.context_length, gen._lora_request, gen._model_defaults = llm, "fake-vllm", 64, None, {}
+    return gen
+
+
+def test_chat_reads_token_logprobs_from_fake_outputs(monkeypatch):
+    llm = FakeLLM()
+    gen = _fake_generator(monkeypatch, llm)
+    convs = [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]
+    out = gen.chat(convs, SamplingConfig(temperature=1.0, max_tokens=4, n=2, logprobs=True))
+    assert llm.calls[-1].kwargs["logprobs"] == 0
+    assert [g.text for g in out] == ["c0 s0", "c0 s1", "c1 s0", "c1 s1"]
+    assert [g.completion_tokens for g in out] == [2, 3, 2, 3]
+    assert [g.token_logprobs for g in out] == [
+        pytest.approx([-0.1, -0.2]),
+        pytest.approx([-0.1, -0.2, -0.3]),
+        pytest.approx([-1.1, -1.2]),
+        pytest.approx([-1.1, -1.2, -1.3]),
+    ]
+    assert all(len(g.token_logprobs) == g.completion_tokens for g in out)
+    plain = gen.chat(convs, SamplingConfig(temperature=1.0, max_tokens=4, n=2))
+    assert "logprobs" not in llm.calls[-1].kwargs and all(g.token_logprobs is None for g in plain)
+
+
+def test_missing_vllm_logprobs_is_an_error(monkeypatch):
+    gen = _fake_generator(monkeypatch, FakeLLM(drop_logprobs=True))
+    with pytest.raises(RuntimeError, match="fake-vllm: vLLM returned none of log-probs for 2 completion tokens"):
+        gen.chat([[{"role": "user", "content": "a"}]], SamplingConfig(n=1, logprobs=True))
 
 
 @pytest.mark.skipif(is_vllm_available(), reason="vllm is installed")

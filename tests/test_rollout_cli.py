@@ -8,7 +8,8 @@ import yaml
 
 from metamod.cli import main as cli_main
 from metamod.config import ConfigError
-from metamod.rollout.run import main, merge_main
+from metamod.rollout.merge import merge_main
+from metamod.rollout.run import main
 from metamod.rollout.traces import read_traces
 
 REPO = Path(__file__).resolve().parents[1]

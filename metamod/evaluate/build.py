@@ -20,12 +20,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from metamod.errors import ConfigError
 from metamod.llm import BackendConfig, SamplingConfig
 from metamod.rollout.debater_factory import DebaterSpec, LoadedBackend, build_debater_groups
 from metamod.rollout.simulated import SimulationConfig
 
 from .config import EvalConfig, adapter_base, classify_model_path
-from .decision import LayerContext
+from .decision import DECISION_LAYERS, LayerContext
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,9 @@ def resolve_models(config: EvalConfig) -> dict[str, BackendConfig]:
     if base is None and llm_debaters:
         base = config.debater_model
     if "moderator" in needs:
-        methods = [m for m in config.methods if m in ("moderator", "adjudication_only", "stopping_only")]
+        from metamod.registry import resolve
+
+        methods = [m for m in config.methods if "moderator" in resolve(DECISION_LAYERS, m, what="method").needs]
         if not config.moderator:
             raise ValueError(
                 f"method(s) {methods} need a trained moderator: set `moderator` to an adapter folder or "
@@ -197,4 +200,19 @@ def layer_context(
         simulated_agent=debaters[0] if simulated and debaters else None,
         sc_samples=config.sc_samples,
         memory=memory,
+        method_options={name: dict(options) for name, options in config.method_options.items()},
+        max_iterations=config.max_iterations,
+        mro_simulation=_mro_simulation(config, seed) if simulated else None,
     )
+
+
+def _mro_simulation(config: EvalConfig, seed: int) -> Any:
+    """The simulated MRO roles' parameters for one evaluation seed (``mro_sim_seed`` + seed)."""
+    from metamod.rollout.mro_simulated import MROSimulationConfig
+
+    options = dict(config.mro_simulation)
+    options["mro_sim_seed"] = int(options.get("mro_sim_seed", 0)) + seed
+    try:
+        return MROSimulationConfig(**options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"mro_simulation: {err}") from err

@@ -87,6 +87,9 @@ _METHOD_KEYS = frozenset(
         "judge_max_tokens",
         "fixed_rounds",
         "sc_samples",
+        "method_options",
+        "max_iterations",
+        "mro_simulation",
     }
 )
 _ROLE_KNOBS = {
@@ -94,7 +97,16 @@ _ROLE_KNOBS = {
     "moderator_base": ("moderator_max_tokens", "moderator_temperature"),
     "judge": ("judge_max_tokens",),
 }
-_METHOD_KNOBS = {"adjudication_only": ("fixed_rounds",), "single_cot_sc": ("sc_samples",)}
+_MRO_KNOBS = ("max_iterations", "mro_simulation")
+_METHOD_KNOBS = {
+    "adjudication_only": ("fixed_rounds",),
+    "single_cot_sc": ("sc_samples",),
+    "reasoner_only": ("mro_simulation",),
+    "mro": _MRO_KNOBS,
+    "mro_trained_controller": _MRO_KNOBS,
+    "mro_prompted_moderator": _MRO_KNOBS,
+    "meta_reasoner": ("sc_samples",),  # its CoT-SC strategy samples sc_samples answers
+}
 #: with a memory on, cells depend on everything the memory saw before them: only these keys are free
 _MEMORY_FREE_KEYS = frozenset({"output_dir", "resume", "overwrite", "plots", "prompts_file"})
 
@@ -162,6 +174,7 @@ def method_fingerprints(config: EvalConfig, specs: dict[str, Any], settings_fp: 
             "method": method,
             "settings": settings_fp,
             "options": {k: getattr(config, k) for k in keys},
+            "method_options": config.method_options.get(method, {}),
             "models": {r: _spec_record(specs[r]) for r in roles},
         }
         out[method] = settings_fingerprint(record)

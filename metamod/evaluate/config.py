@@ -140,6 +140,22 @@ class EvalConfig:
     judge_max_tokens: int = field(default=512, metadata={"help": "Max new tokens of the judge."})
     fixed_rounds: int = field(default=3, metadata={"help": "Debate length of adjudication_only."})
     sc_samples: int = field(default=5, metadata={"help": "Samples k of single_cot_sc."})
+    max_iterations: int = field(
+        default=3, metadata={"help": "MRO methods: the iteration budget N (MC2 appendix D uses 3)."}
+    )
+    mro_simulation: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "MROSimulationConfig fields for the simulated MRO roles (mro_sim_seed is offset by each seed)."
+        },
+    )
+    method_options: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "Per-method settings by method name, e.g. {tot: {candidates: 5, keep: 2, depth: 2}, mro: "
+            "{max_iterations: 3}} (YAML mapping; each method documents and checks its own keys)."
+        },
+    )
     # ---- outputs
     output_dir: str = field(default="runs/eval", metadata={"help": "Where results.json, samples.jsonl, table.md go."})
     resume: bool = field(
@@ -178,6 +194,7 @@ class EvalConfig:
             "fixed_rounds",
             "sc_samples",
             "max_tokens",
+            "max_iterations",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -212,6 +229,14 @@ class EvalConfig:
             raise ValueError("tasks is empty; list at least one task (e.g. [arith]) or give traces")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {self.limit}")
+        for method, options in self.method_options.items():
+            if method not in self.methods:
+                raise ConfigError(
+                    f"method_options has settings for {method!r}, which is not in methods {self.methods}; expected "
+                    "settings only for evaluated methods"
+                )
+            if not isinstance(options, dict):
+                raise ConfigError(f"method_options[{method!r}] must be a mapping of settings, got {options!r}")
         for task, options in self.task_options.items():
             if task not in self.tasks:
                 raise ValueError(f"task_options has options for {task!r}, which is not in tasks {self.tasks}")
@@ -245,6 +270,9 @@ class EvalConfig:
         for task, options in self.task_options.items():
             check(f"task_options[{task!r}]", options, TaskConfig, exclude=("task",))
         check("simulation", self.simulation, SimulationConfig)
+        from metamod.rollout.mro_simulated import MROSimulationConfig
+
+        check("mro_simulation", self.mro_simulation, MROSimulationConfig)
         for name in ("debater_backend_options", "moderator_backend_options"):
             check(name, getattr(self, name), BackendConfig, exclude=("backend", "model", "adapter"))
 

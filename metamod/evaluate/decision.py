@@ -117,6 +117,10 @@ class LayerContext:
         simulated_agent: in the simulated world, the simulated debater the single-agent baselines replay.
         sc_samples: number of samples ``k`` of ``single_cot_sc``.
         memory: an optional memory whose guidance is prepended to single-agent prompts.
+        method_options: per-method settings by method name (``EvalConfig.method_options``); each method reads and
+            checks its own entry.
+        max_iterations: the MRO methods' iteration budget N.
+        mro_simulation: in the simulated world, the simulated MRO roles' parameters (seed offset per eval seed).
     """
 
     max_rounds: int
@@ -132,6 +136,9 @@ class LayerContext:
     simulated_agent: Any = None
     sc_samples: int = 5
     memory: Any = None
+    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    max_iterations: int = 3
+    mro_simulation: Any = None
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1:
@@ -420,9 +427,11 @@ DEBATE_LAYERS: dict[str, type[DecisionLayer]] = {
 
 
 def _all_layers() -> dict[str, type]:
+    from .baselines import META_REASONING_BASELINES
+    from .mro_methods import MRO_METHODS
     from .single import SINGLE_AGENT_METHODS
 
-    return {**SINGLE_AGENT_METHODS, **DEBATE_LAYERS}
+    return {**SINGLE_AGENT_METHODS, **MRO_METHODS, **META_REASONING_BASELINES, **DEBATE_LAYERS}
 
 
 #: every evaluation method, debate layers and single-agent baselines: the ONE registry

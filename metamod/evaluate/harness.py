@@ -191,6 +191,7 @@ def _single_record(outcome: Any) -> dict[str, Any]:
             "moderator_prompt": 0,
             "moderator_completion": 0,
         },
+        **({"details": outcome.details} if getattr(outcome, "details", None) else {}),
     }
 
 

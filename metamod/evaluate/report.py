@@ -92,7 +92,51 @@ def markdown_tables(
                 f"{r['mis_aggregation']} | {r.get('correct_without_coverage', 0)} | "
                 f"{r['tokens_per_question']:.0f} | {valid} |"
             )
+    lines += _mro_table(results, labels, methods, tag)
     return "\n".join(lines) + "\n"
+
+
+def _shares(shares: list[dict[str, float | None]]) -> str:
+    """``A/P/R`` percentages per iteration, e.g. ``54/15/31 · 41/22/37``."""
+    cells = []
+    for share in shares:
+        if share.get("accept") is None:
+            continue
+        cells.append("/".join(f"{100 * (share[a] or 0):.0f}" for a in ("accept", "patch", "restart")))
+    return " · ".join(cells) or "-"
+
+
+def _mro_table(
+    results: Mapping[str, Mapping[str, Mapping[str, Any]]], labels: Mapping[str, str], methods: list[str], tag: str
+) -> list[str]:
+    """The MRO loop table (iterations, actions per iteration, control accuracy, seed spread), when any method ran it."""
+    rows = []
+    for m in methods:
+        for task, by_method in results.items():
+            r = by_method.get(m)
+            if r is None or "mean_iterations" not in r:
+                continue
+            control = _pct(r["control_accuracy"]) if r.get("control_accuracy") is not None else "-"
+            spread = (
+                f"{_pct(r['accuracy_seed_mean'])} ± {_pct(r['accuracy_seed_std'])}" if "accuracy_seed_mean" in r else "-"
+            )
+            statuses = ", ".join(f"{k} {v}" for k, v in sorted(r.get("status_counts", {}).items()))
+            fallbacks = sum(r.get("parse_fallbacks", {}).values())
+            rows.append(
+                f"| {labels.get(m, m)} | {task} | {r['mean_iterations']:.2f} | "
+                f"{_shares(r['action_shares_by_iteration'])} | {control} | {spread} | {statuses} | {fallbacks} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        f"## MRO loop{tag}",
+        "",
+        "| Method | Task | mean iterations | Accept/Patch/Restart (%) by iteration | control accuracy (%) | "
+        "accuracy per seed (mean ± std) | statuses | parse fallbacks |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def write_plots(

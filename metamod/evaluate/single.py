@@ -52,6 +52,8 @@ class SingleOutcome:
         texts: the raw responses, in order.
         prompt_tokens: prompt tokens spent on this question.
         completion_tokens: completion tokens spent on this question.
+        details: method-specific, JSON-ready extras written to the samples row as ``details`` (e.g. the MRO
+            iterations and actions, the strategy a meta-reasoner picked, a search tree's scores).
     """
 
     answer: str | None
@@ -59,6 +61,7 @@ class SingleOutcome:
     texts: list[str] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
 
     def add(self, generation: Generation) -> str | None:
         answer = extract_answer(generation.text)

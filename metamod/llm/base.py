@@ -25,6 +25,13 @@ class SamplingConfig:
     n: int = field(default=1, metadata={"help": "Number of samples per conversation."})
     seed: int | None = field(default=None, metadata={"help": "Random seed for sampling (None: not seeded)."})
     stop: list[str] | None = field(default=None, metadata={"help": "Strings that end a generation (not included)."})
+    logprobs: bool = field(
+        default=False,
+        metadata={
+            "help": "Also return the log-probability of every completion token (Generation.token_logprobs); "
+            "backends that cannot raise an error naming the backend."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -39,12 +46,32 @@ class SamplingConfig:
 
 @dataclass
 class Generation:
-    """One generated completion with its token accounting."""
+    """One generated completion with its token accounting.
+
+    ``token_logprobs`` (only with ``SamplingConfig.logprobs``, else ``None``): the log-probability of each completion
+    token under the model's raw distribution (before temperature / top-p), one per token counted in
+    ``completion_tokens`` (docs/backends.md, "Token log-probabilities").
+    """
 
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+    token_logprobs: list[float] | None = None
+
+    def perplexity(self) -> float | None:
+        """``exp(-mean token log-prob)`` of the completion, or ``None`` without log-probs (or tokens).
+
+        >>> round(Generation("ab", completion_tokens=2, token_logprobs=[-1.0, -1.0]).perplexity(), 3)
+        2.718
+        >>> Generation("ab").perplexity() is None
+        True
+        """
+        import math
+
+        if not self.token_logprobs:
+            return None
+        return math.exp(-sum(self.token_logprobs) / len(self.token_logprobs))
 
 
 @runtime_checkable

@@ -3,6 +3,11 @@
 This backend runs anywhere torch runs (the CPU tier uses it with the tiny model). Conversations are sorted by
 prompt length before batching so that each micro-batch pads as little as possible; results come back in the
 caller's order, ``sampling.n`` per conversation (conversation-major).
+
+With ``sampling.logprobs`` each Generation carries ``token_logprobs``: the log-probability of each completion token
+under the model's raw distribution (``log_softmax`` of the logits before temperature, top-k, top-p or any logits
+processor; vLLM's default ``logprobs_mode="raw_logprobs"``), one per token counted in ``completion_tokens``
+(eos included, padding and tokens after a stop string excluded), so ``len(token_logprobs) == completion_tokens``.
 """
 
 from __future__ import annotations
@@ -94,6 +99,18 @@ def _check_adapter(adapter: str) -> None:
                 f"adapter folder {adapter!r} has no adapter_config.json; pass the folder a PEFT adapter was saved "
                 "to (e.g. checkpoints/<run>/adapter or a checkpoint-N folder)"
             )
+
+
+def _step_logprobs(step_logits: Any, new_ids: Any) -> list[list[float]]:
+    """Per-row log-probs of ``new_ids`` (rows x steps) from ``generate``'s raw per-step logits (one per step)."""
+    import torch
+
+    from metamod.llm.hf_decode import chosen_logprobs
+
+    if not step_logits:
+        return [[] for _ in range(new_ids.shape[0])]
+    values = [chosen_logprobs(logits, new_ids[:, step]) for step, logits in enumerate(step_logits)]
+    return torch.stack(values, dim=1).tolist()
 
 
 class HFGenerator:
@@ -276,6 +293,9 @@ class HFGenerator:
             config.top_p = sampling.top_p
             if config.top_k is None:  # transformers would fill in top_k=50; vLLM and servers apply no top-k
                 config.top_k = 0
+        if sampling.logprobs:  # raw logits of every step (before any logits processor), gathered after generate
+            config.output_logits = True
+            config.return_dict_in_generate = True
         kwargs: dict[str, Any] = {"generation_config": config}
         if sampling.stop and self._stop_strings_ok:
             config.stop_strings = list(sampling.stop)
@@ -289,7 +309,8 @@ class HFGenerator:
 
         Args:
             conversations: chat message lists.
-            sampling: decoding settings (``temperature=0`` is greedy; ``seed`` makes sampling repeatable).
+            sampling: decoding settings (``temperature=0`` is greedy; ``seed`` makes sampling repeatable;
+                ``logprobs`` adds raw-model ``token_logprobs``, one per completion token).
 
         Returns:
             ``len(conversations) * sampling.n`` generations with prompt/completion token counts.
@@ -342,20 +363,36 @@ class HFGenerator:
                 self._stop_strings_ok = False
                 kwargs = self._generation_kwargs(sampling, max_new)
                 out = self.model.generate(**batch, **kwargs)
-        new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()
-        return self._group(prompts, new_tokens, kwargs["generation_config"].num_return_sequences, sampling, eos_ids)
+        per_prompt = kwargs["generation_config"].num_return_sequences
+        if not sampling.logprobs:
+            new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()
+            return self._group(prompts, new_tokens, per_prompt, sampling, eos_ids)
+        new_ids = out.sequences[:, batch["input_ids"].shape[1] :]
+        logprobs = _step_logprobs(out.logits, new_ids)
+        del out
+        return self._group(prompts, new_ids.tolist(), per_prompt, sampling, eos_ids, logprobs)
 
     def _group(
-        self, prompts: list[list[int]], rows: list[list[int]], per_prompt: int, sampling: SamplingConfig, eos_ids
+        self,
+        prompts: list[list[int]],
+        rows: list[list[int]],
+        per_prompt: int,
+        sampling: SamplingConfig,
+        eos_ids: set[int],
+        row_logprobs: list[list[float]] | None = None,
     ) -> list[list[Generation]]:
-        """Generated rows (``per_prompt`` per prompt, prompt-major) -> ``sampling.n`` Generations per prompt."""
+        """Generated rows (``per_prompt`` per prompt, prompt-major) -> ``sampling.n`` Generations per prompt.
+
+        ``row_logprobs`` (one list per row, aligned with its ids) is cut to the ``completion_tokens`` of each row.
+        """
         grouped: list[list[Generation]] = []
         for i, prompt in enumerate(prompts):
             gens = []
             for j in range(sampling.n):
-                row = rows[i * per_prompt + (j if per_prompt > 1 else 0)]
-                text, n_tokens, reason = self._finish(row, sampling.stop, eos_ids)
-                gens.append(Generation(text, len(prompt), n_tokens, reason))
+                index = i * per_prompt + (j if per_prompt > 1 else 0)
+                text, n_tokens, reason = self._finish(rows[index], sampling.stop, eos_ids)
+                logprobs = None if row_logprobs is None else row_logprobs[index][:n_tokens]
+                gens.append(Generation(text, len(prompt), n_tokens, reason, token_logprobs=logprobs))
             grouped.append(gens)
         return grouped
 
@@ -393,6 +430,7 @@ class HFGenerator:
         rows = [p for p in prompts for _ in range(per_prompt)]
         top_k = getattr(getattr(self.model, "generation_config", None), "top_k", None) or 0
         seed = sampling.seed
+        logprobs: list[list[float]] | None = [] if sampling.logprobs else None
         generated = decode_rows(
             self.model,
             rows,
@@ -405,5 +443,6 @@ class HFGenerator:
             # a separate stream per micro-batch, all fixed by the call's seed
             seed=None if seed is None else int(seed) * 100_003 + chunk_index,
             stopped=self._stop_check(sampling.stop),
+            logprobs_out=logprobs,
         )
-        return self._group(prompts, generated, per_prompt, sampling, eos_ids)
+        return self._group(prompts, generated, per_prompt, sampling, eos_ids, logprobs)

@@ -13,6 +13,11 @@ Sampling: greedy at ``temperature == 0``; otherwise temperature, then top-k (0 =
 softmax, drawn from a ``torch.Generator`` seeded per call (the global RNG is untouched). Results are token id
 lists, one per row, ending with the eos token when the row stopped on it.
 
+Log-probabilities (``logprobs_out``): the log-probability of each chosen token under the model's raw distribution,
+``log_softmax`` of the logits before temperature, top-k and top-p (:func:`chosen_logprobs`), so perplexities compare
+across sampling settings. Only the last position's logits of the step are used; without ``logprobs_out`` nothing
+extra is computed.
+
 >>> import torch
 >>> logits = torch.tensor([[0.0, 1.0, 5.0], [3.0, 0.0, 0.0]])
 >>> pick_tokens(logits, temperature=0.0, top_p=1.0, top_k=0, generator=None).tolist()
@@ -20,6 +25,8 @@ lists, one per row, ending with the eos token when the row stopped on it.
 >>> filtered = top_p_filter(torch.tensor([[0.0, 0.0, 10.0]]), 0.5)
 >>> torch.isinf(filtered).tolist()
 [[True, True, False]]
+>>> [round(x, 4) for x in chosen_logprobs(torch.tensor([[0.0, 0.0], [2.0, 0.0]]), torch.tensor([1, 0])).tolist()]
+[-0.6931, -0.1269]
 """
 
 from __future__ import annotations
@@ -57,6 +64,25 @@ def pick_tokens(logits: Any, *, temperature: float, top_p: float, top_k: int, ge
         logits = logits.masked_fill(logits < kth, float("-inf"))
     logits = top_p_filter(logits, top_p)
     return sample_rows(torch.softmax(logits, dim=-1), generator)
+
+
+def chosen_logprobs(logits: Any, tokens: Any) -> Any:
+    """``log_softmax(logits)[row, tokens[row]]`` per row, in float32, from the raw logits (no temperature/top-p).
+
+    Computed as the chosen logit minus ``logsumexp`` of the row, which equals the gathered ``log_softmax`` without
+    writing a vocabulary-sized tensor.
+
+    Args:
+        logits: ``(rows, vocab)`` last-position logits of the model.
+        tokens: ``(rows,)`` the token chosen in each row.
+
+    Returns:
+        A ``(rows,)`` float32 tensor of log-probabilities (each ``<= 0``).
+    """
+    import torch
+
+    logits = logits.float()
+    return logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
 def sample_rows(probs: Any, generator: Any) -> Any:
@@ -203,6 +229,7 @@ def decode_rows(
     top_k: int = 0,
     seed: int | None = None,
     stopped: Callable[[list[int]], bool] | None = None,
+    logprobs_out: list[list[float]] | None = None,
 ) -> list[list[int]]:
     """Decode every row (a prompt's token ids) until eos, a stop string or ``max_new_tokens``.
 
@@ -217,6 +244,8 @@ def decode_rows(
         top_k: keep the k most likely tokens (0: off).
         seed: seeds this call's sampling generator (``None``: unseeded).
         stopped: called with a row's generated ids after each new token; ``True`` ends the row (stop strings).
+        logprobs_out: an empty list to fill with one list per row (row order) holding the raw-model log-probability
+            of each generated token (:func:`chosen_logprobs`; as long as the row's ids). ``None``: not computed.
 
     Returns:
         The generated ids of each row, in row order.
@@ -241,6 +270,8 @@ def decode_rows(
     cache = growing_cache(model)
     out = [[] for _ in rows]
     live = list(range(len(rows)))
+    if logprobs_out is not None:
+        logprobs_out[:] = [[] for _ in rows]
     with torch.inference_mode():
         if shared:  # the prefix every row shares is computed once, then its KV is copied to every row
             prefix = torch.tensor([rows[0][:shared]], dtype=torch.long, device=device)
@@ -255,6 +286,9 @@ def decode_rows(
         next_position = positions[:, -1] + 1
         for step in range(max_new_tokens):
             tokens = pick_tokens(logits, temperature=temperature, top_p=top_p, top_k=top_k, generator=generator)
+            if logprobs_out is not None:
+                for row, value in zip(live, chosen_logprobs(logits, tokens).tolist(), strict=True):
+                    logprobs_out[row].append(value)
             keep = []
             for j, (row, token) in enumerate(zip(live, tokens.tolist(), strict=True)):
                 out[row].append(token)

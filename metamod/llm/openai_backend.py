@@ -6,7 +6,10 @@ are retried with exponential backoff and jitter (honouring ``Retry-After``); oth
 the server's message.
 
 Token counts come from the response's ``usage``. With ``n > 1`` the server reports one completion total for all
-choices, so it is split across the choices in proportion to their text length (the sum stays exact).
+choices, so it is split across the choices in proportion to their text length (the sum stays exact), or, with
+log-probs, to their number of log-prob entries (exact on vLLM servers, which list one per generated token).
+With ``sampling.logprobs`` the request sets ``"logprobs": true`` and each Generation's ``token_logprobs`` is
+``choice["logprobs"]["content"][i]["logprob"]``; a server that returns none fails with a :class:`BackendError`.
 ``count_tokens`` asks the server's ``/tokenize`` endpoint (vLLM has one) and otherwise approximates with
 ~4 characters per token plus a few tokens per message.
 
@@ -85,11 +88,15 @@ def _server_message(response: httpx.Response) -> str:
     return str(body)[:500]
 
 
-def _split_tokens(total: int, texts: list[str]) -> list[int]:
-    """Split ``total`` completion tokens over choices in proportion to text length (sum preserved)."""
+def _split_tokens(total: int, texts: list[str], counts: list[int] | None = None) -> list[int]:
+    """Split ``total`` completion tokens over choices in proportion to ``counts`` or else text length (sum kept).
+
+    >>> _split_tokens(10, ["a", "bbbb"]), _split_tokens(10, ["a", "bbbb"], counts=[7, 3])
+    ([2, 8], [7, 3])
+    """
     if len(texts) == 1:
         return [total]
-    weights = [max(len(t), 1) for t in texts]
+    weights = [max(w, 1) for w in (counts if counts is not None else [len(t) for t in texts])]
     shares = [total * w // sum(weights) for w in weights]
     for i in range(total - sum(shares)):
         shares[i % len(shares)] += 1
@@ -168,6 +175,8 @@ class OpenAIGenerator:
             payload["seed"] = sampling.seed
         if sampling.stop:
             payload["stop"] = list(sampling.stop)
+        if sampling.logprobs:
+            payload["logprobs"] = True
         return payload
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
@@ -208,7 +217,7 @@ class OpenAIGenerator:
             async def one(conversation: Conversation) -> list[Generation]:
                 async with semaphore:
                     body = await self._post(client, self._payload(conversation, sampling))
-                return self._parse(body, sampling.n)
+                return self._parse(body, sampling.n, logprobs=sampling.logprobs)
 
             results = await asyncio.gather(*(one(c) for c in conversations))
         return [g for gens in results for g in gens]
@@ -240,20 +249,35 @@ class OpenAIGenerator:
                 await asyncio.sleep(delay)
         raise BackendError(f"{url} failed after {self.max_retries + 1} attempts; last error: {last_error}")
 
-    def _parse(self, body: dict[str, Any], n: int) -> list[Generation]:
+    def _parse(self, body: dict[str, Any], n: int, *, logprobs: bool = False) -> list[Generation]:
         choices = body.get("choices") if isinstance(body, dict) else None
         if not isinstance(choices, list) or len(choices) != n:
             got = len(choices) if isinstance(choices, list) else "no"
             raise BackendError(f"server returned {got} choices, expected n={n}: {str(body)[:300]}")
         choices = sorted(choices, key=lambda c: c.get("index", 0))
         texts = [(c.get("message") or {}).get("content") or "" for c in choices]
+        token_logprobs = [self._choice_logprobs(c) for c in choices] if logprobs else [None] * len(choices)
         usage = body.get("usage") or {}
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        completion = _split_tokens(int(usage.get("completion_tokens") or 0), texts)
+        counts = [len(lp) for lp in token_logprobs] if logprobs else None
+        completion = _split_tokens(int(usage.get("completion_tokens") or 0), texts, counts)
         return [
-            Generation(text, prompt_tokens, tokens, choice.get("finish_reason"))
-            for text, tokens, choice in zip(texts, completion, choices, strict=True)
+            Generation(text, prompt_tokens, tokens, choice.get("finish_reason"), token_logprobs=lp)
+            for text, tokens, choice, lp in zip(texts, completion, choices, token_logprobs, strict=True)
         ]
+
+    def _choice_logprobs(self, choice: dict[str, Any]) -> list[float]:
+        """``choice["logprobs"]["content"][i]["logprob"]`` for every token; a clear error when the server sent none."""
+        block = choice.get("logprobs")
+        content = block.get("content") if isinstance(block, dict) else None
+        values = [entry.get("logprob") if isinstance(entry, dict) else None for entry in content or []]
+        if not isinstance(content, list) or any(not isinstance(v, (int, float)) for v in values):
+            raise BackendError(
+                f"{self.base_url}/chat/completions (model {self.model!r}) did not return log-probs "
+                f"(choice {choice.get('index', 0)}: logprobs={str(block)[:120]}); sampling.logprobs needs a server "
+                "that supports `logprobs: true` in chat completions"
+            )
+        return [float(v) for v in values]
 
     # ------------------------------------------------------------------ tokens
 

@@ -5,12 +5,20 @@ Written against vllm==0.31.0 (``LLM.__init__`` forwards engine options such as `
 conversations, one ``SamplingParams`` for all, and an optional ``LoRARequest``). vLLM schedules the whole batch
 itself (continuous batching), so no micro-batching happens here.
 
+Log-probs (``SamplingConfig.logprobs``): ``SamplingParams(logprobs=0)``, which in vllm 0.31.0 returns the sampled
+token's log-prob only (``Sampler.gather_logprobs`` takes the top 0 plus the sampled token), one
+``{token_id: Logprob}`` dict per entry of ``CompletionOutput.token_ids``. The values follow the engine's
+``logprobs_mode``, whose default ``raw_logprobs`` (``vllm/config/model.py``) is ``log_softmax`` of the model's logits
+before penalties, temperature, top-k and top-p: the same distribution the hf backend reports.
+
 This module imports without vllm; constructing :class:`VLLMGenerator` without it raises ``ImportError`` with the
 install command.
 
 >>> from metamod.llm.base import SamplingConfig
 >>> sampling_kwargs(SamplingConfig(temperature=0, max_tokens=8, stop=["</answer>"]))["stop"]
 ['</answer>']
+>>> sampling_kwargs(SamplingConfig(logprobs=True))["logprobs"]
+0
 """
 
 from __future__ import annotations
@@ -48,9 +56,10 @@ def sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
         sampling: the decoding settings.
 
     Returns:
-        A dict of ``n``, ``temperature``, ``top_p``, ``max_tokens``, ``seed`` and ``stop``.
+        A dict of ``n``, ``temperature``, ``top_p``, ``max_tokens``, ``seed`` and ``stop``, plus ``logprobs=0`` (the
+        sampled token's log-prob only) when ``sampling.logprobs`` is set.
     """
-    return {
+    kwargs: dict[str, Any] = {
         "n": sampling.n,
         "temperature": sampling.temperature,
         "top_p": 1.0 if sampling.temperature == 0 else sampling.top_p,
@@ -58,6 +67,40 @@ def sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
         "seed": sampling.seed,
         "stop": list(sampling.stop) if sampling.stop else None,
     }
+    if sampling.logprobs:
+        kwargs["logprobs"] = 0
+    return kwargs
+
+
+def completion_logprobs(completion: Any, backend: str = "vllm") -> list[float]:
+    """The log-prob of each token of a ``CompletionOutput`` (``logprobs[i][token_ids[i]].logprob``).
+
+    Args:
+        completion: a ``vllm.outputs.CompletionOutput`` generated with ``SamplingParams(logprobs=0)`` or more.
+        backend: the generator's name, for the error message.
+
+    Returns:
+        One float per entry of ``completion.token_ids``.
+
+    Raises:
+        RuntimeError: the output carries no log-probs, or not one per token.
+
+    >>> from types import SimpleNamespace as NS
+    >>> out = NS(token_ids=[5, 7], logprobs=[{5: NS(logprob=-0.5)}, {7: NS(logprob=-1.0), 3: NS(logprob=-0.2)}])
+    >>> completion_logprobs(out)
+    [-0.5, -1.0]
+    """
+    token_ids = list(completion.token_ids)
+    positions = completion.logprobs
+    if positions is None or len(positions) != len(token_ids):
+        got = "none" if positions is None else f"{len(positions)} positions"
+        raise RuntimeError(f"{backend}: vLLM returned {got} of log-probs for {len(token_ids)} completion tokens")
+    values = []
+    for i, (token, position) in enumerate(zip(token_ids, positions, strict=True)):
+        if not position or token not in position:
+            raise RuntimeError(f"{backend}: vLLM returned no log-prob for completion token {i} (id {token})")
+        values.append(float(position[token].logprob))
+    return values
 
 
 def _adapter_rank(adapter: str) -> int | None:
@@ -117,6 +160,13 @@ class VLLMGenerator:
                 )
         from vllm import LLM
 
+        mode = engine_kwargs.get("logprobs_mode", "raw_logprobs")
+        if mode != "raw_logprobs":
+            logger.warning(
+                "logprobs_mode=%r: token_logprobs will not be the raw model log-probs that the hf backend returns "
+                "(perplexities are then not comparable across backends or sampling settings)",
+                mode,
+            )
         kwargs: dict[str, Any] = dict(engine_kwargs)
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
@@ -158,7 +208,8 @@ class VLLMGenerator:
             sampling: decoding settings.
 
         Returns:
-            ``len(conversations) * sampling.n`` generations with token counts from vLLM's outputs.
+            ``len(conversations) * sampling.n`` generations with token counts from vLLM's outputs (and, with
+            ``sampling.logprobs``, one token log-prob per entry of ``CompletionOutput.token_ids``).
         """
         if not conversations:
             return []
@@ -184,6 +235,7 @@ class VLLMGenerator:
                         prompt_tokens=prompt_tokens,
                         completion_tokens=len(completion.token_ids),
                         finish_reason=completion.finish_reason,
+                        token_logprobs=completion_logprobs(completion, self.name) if sampling.logprobs else None,
                     )
                 )
         return generations

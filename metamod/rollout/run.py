@@ -1,4 +1,7 @@
-"""``metamod rollout`` (debate traces) and ``metamod merge-shards``.
+"""``metamod rollout`` (debate or MRO traces) and ``metamod merge-shards``.
+
+``loop: mro`` runs the Reasoner / Monitor / Controller loop (:mod:`metamod.rollout.mro`) with the ``roles`` setting
+(:mod:`metamod.rollout.mro_factory`) instead of a debate; everything below (resume, shards, locks) is the same.
 
 ``metamod rollout --config configs/rollout/sim_arith.yaml`` streams examples from one or more tasks, runs the
 round-synchronous debate engine with simulated or LLM debaters and appends one trace per question to
@@ -45,8 +48,6 @@ from metamod.rollout.traces import (
     TraceWriter,
     check_shard_args,
     in_shard,
-    merge_shards,
-    read_traces,
     shard_filename,
 )
 from metamod.tasks import TaskConfig
@@ -86,10 +87,28 @@ def _as_list(value: Any, name: str) -> list | None:
     return value
 
 
+LOOPS = ("debate", "mro")
+
+
 @dataclass
 class RolloutConfig:
     """How to run the debates and where the traces go (the task block is :class:`~metamod.tasks.TaskConfig`)."""
 
+    loop: str = field(
+        default="debate",
+        metadata={"help": "'debate' (N debaters, T_max rounds) or 'mro' (Reasoner / Monitor / Controller loop)."},
+    )
+    roles: str = field(
+        default="simulated",
+        metadata={
+            "help": "loop=mro: 'simulated', one backend mapping shared by the three roles, or {reasoner: ..., "
+            "monitor: ..., controller: ...} (each 'simulated' or a backend mapping; decoding keys override the "
+            "run's; controller protocol: prompted | moderator). See metamod/rollout/mro_factory.py."
+        },
+    )
+    max_iterations: int = field(
+        default=3, metadata={"help": "loop=mro: N, the iteration budget (MC2 appendix D uses 3)."}
+    )
     debaters: str = field(
         default="simulated",
         metadata={
@@ -142,6 +161,14 @@ class RolloutConfig:
     progress: bool = field(default=True, metadata={"help": "Show a tqdm progress bar."})
 
     def __post_init__(self) -> None:
+        if self.loop not in LOOPS:
+            raise ConfigError(f"loop must be one of {LOOPS}, got {self.loop!r}")
+        if self.max_iterations < 1:
+            raise ConfigError(f"max_iterations must be >= 1, got {self.max_iterations}")
+        if self.loop == "mro":
+            from metamod.rollout.mro_factory import role_specs
+
+            role_specs(self.roles)
         if self.num_agents < 2:
             raise ConfigError(f"num_agents must be >= 2 (a debate needs two debaters), got {self.num_agents}")
         if self.max_rounds < 1:
@@ -272,10 +299,19 @@ def lock_name(config: RolloutConfig) -> str:
     return LOCK_FILE if config.num_shards == 1 else f"{LOCK_FILE}.shard-{config.shard_index}-of-{config.num_shards}"
 
 
+def _backend_mappings(config: RolloutConfig) -> list[dict]:
+    """The backend mappings this run loads: the debaters', or (loop=mro) the LLM roles'."""
+    if config.loop == "mro":
+        from metamod.rollout.mro_factory import role_specs
+
+        return [spec for spec in role_specs(config.roles).values() if isinstance(spec, dict)]
+    return config.backend_specs() or []
+
+
 def _model_signatures(config: RolloutConfig) -> dict[str, str]:
     """Content signatures of the local model and adapter folders the debaters load (retrained in place: new)."""
     signatures = {}
-    for spec in config.backend_specs() or []:
+    for spec in _backend_mappings(config):
         for key in ("model", "adapter"):
             value = spec.get(key)
             signature = path_signature(value) if isinstance(value, str) and value else None
@@ -284,11 +320,17 @@ def _model_signatures(config: RolloutConfig) -> dict[str, str]:
     return signatures
 
 
-def rollout_settings(task_config: TaskConfig, config: RolloutConfig, sim_config: SimulationConfig) -> dict[str, Any]:
+def rollout_settings(
+    task_config: TaskConfig, config: RolloutConfig, sim_config: SimulationConfig, mro_sim_config: Any = None
+) -> dict[str, Any]:
     """The settings a rollout's traces depend on (hashed into ``.fingerprint.json``): the resolved config without
     the resume-free keys, plus signatures of local model folders (``model_signatures``). Local paths (task files,
     model folders) are made absolute, so a rerun naming the same file another way resumes."""
     settings = resume_settings(config_to_dict(task_config, config, sim_config), _RESUME_FREE_KEYS)
+    if config.loop == "mro":  # the simulated roles' parameters (the debate simulation's stay, as before)
+        from metamod.rollout.mro_simulated import MROSimulationConfig
+
+        settings["mro_simulation"] = dataclasses.asdict(mro_sim_config or MROSimulationConfig())
     signatures = _model_signatures(config)
     if signatures:
         settings["model_signatures"] = signatures
@@ -316,7 +358,7 @@ def _check_resume(output_dir: Path, settings: dict[str, Any], *, overwrite: bool
         legacy=_legacy_settings(output_dir),
         ignore=() if record else ("model_signatures",),  # early: the tiny model may not be built yet
         command="rollout",
-        what="debate traces",
+        what="traces",
     )
 
 
@@ -361,12 +403,34 @@ def _check_tasks(task_configs: list[TaskConfig]) -> None:
         next(iter(task.examples()), None)
 
 
+def _default_mro_sim() -> Any:
+    from metamod.rollout.mro_simulated import MROSimulationConfig
+
+    return MROSimulationConfig()
+
+
+def _build_mro_roles(config: RolloutConfig, mro_sim_config: Any) -> Any:
+    """The MRO roles of a ``loop: mro`` rollout (local model folders checked before anything loads)."""
+    from metamod.llm.hf import looks_local
+    from metamod.rollout.mro_factory import build_mro_roles
+
+    for spec in _backend_mappings(config):
+        if spec.get("backend", "hf") in ("hf", "vllm") and looks_local(spec["model"]):
+            if not Path(spec["model"]).expanduser().is_dir():
+                raise FileNotFoundError(
+                    f"roles: model folder {spec['model']!r} does not exist; give an existing folder, a Hub id "
+                    "(org/name), or set tiny_model_dir to that folder to build the offline tiny model"
+                )
+    return build_mro_roles(config.roles, config.debater_spec().sampling(0), mro_sim_config)
+
+
 def rollout(
     *,
     task_config: TaskConfig,
     config: RolloutConfig,
     sim_config: SimulationConfig,
     stop_hook: Any = None,
+    mro_sim_config: Any = None,
 ) -> dict[str, Any]:
     """Run (or resume) a rollout and return its summary.
 
@@ -375,6 +439,8 @@ def rollout(
         config: the rollout settings.
         sim_config: simulation parameters for simulated debaters.
         stop_hook: optional engine stop hook (see :func:`metamod.rollout.debate.run_debates`).
+        mro_sim_config: parameters of simulated MRO roles (:class:`~metamod.rollout.mro_simulated.MROSimulationConfig`;
+            ``loop: mro`` only; ``None``: the defaults).
 
     Returns:
         The summary dict (also written to ``summary*.json`` in the output folder).
@@ -387,17 +453,22 @@ def rollout(
     if traces_path.exists() and not config.resume and not config.overwrite:
         raise ConfigError(f"{traces_path} exists; set resume=true to continue it or overwrite=true to start over")
     if not config.overwrite:
-        _check_resume(output_dir, rollout_settings(task_config, config, sim_config), overwrite=False)
+        _check_resume(output_dir, rollout_settings(task_config, config, sim_config, mro_sim_config), overwrite=False)
     _check_tasks(task_configs)
     if config.tiny_model_dir:
         from metamod.llm.tiny import ensure_tiny_model
 
         ensure_tiny_model(config.tiny_model_dir)
-    debaters = build_debaters(config, sim_config)  # fails early on bad backends / missing model folders
+    if config.loop == "mro":
+        debaters = _build_mro_roles(config, mro_sim_config)
+    else:  # fails early on bad backends / missing model folders
+        debaters = build_debaters(config, sim_config)
+    settings = rollout_settings(task_config, config, sim_config, mro_sim_config)
     # ---- the folder is ours from here on
-    lock = _claim(output_dir, config, rollout_settings(task_config, config, sim_config), traces_path)
+    lock = _claim(output_dir, config, settings, traces_path)
     try:
-        return _run(task_configs, config, debaters, traces_path, output_dir, stop_hook, task_config, sim_config)
+        extra = [sim_config] if config.loop == "debate" else [mro_sim_config or _default_mro_sim()]
+        return _run(task_configs, config, debaters, traces_path, output_dir, stop_hook, task_config, extra)
     finally:
         lock.release()
 
@@ -410,9 +481,10 @@ def _run(
     output_dir: Path,
     stop_hook: Any,
     task_config: TaskConfig,
-    sim_config: SimulationConfig,
+    sim_config: list[Any],
 ) -> dict[str, Any]:
-    save_resolved_config(output_dir / CONFIG_FILE, task_config, config, sim_config)
+    """The rollout proper (folder locked): ``sim_config`` holds the simulation config(s) saved with the config."""
+    save_resolved_config(output_dir / CONFIG_FILE, task_config, config, *sim_config)
     writer = TraceWriter(traces_path, resume=True)
     done = set(writer.done_ids)
     if done:
@@ -429,10 +501,22 @@ def _run(
             by=config.shard_by,
         )
     )
-    stats = DebateStats()
     interrupted = False
-    try:
-        for trace in run_debates(
+    if config.loop == "mro":
+        from metamod.rollout.mro import MROStats, run_mro
+
+        stats: Any = MROStats()
+        traces = run_mro(
+            items,
+            debaters,
+            max_iterations=config.max_iterations,
+            batch_questions=config.batch_questions,
+            stats=stats,
+            progress=config.progress,
+        )
+    else:
+        stats = DebateStats()
+        traces = run_debates(
             items,
             debaters,
             max_rounds=config.max_rounds,
@@ -440,7 +524,9 @@ def _run(
             batch_questions=config.batch_questions,
             stats=stats,
             progress=config.progress,
-        ):
+        )
+    try:
+        for trace in traces:
             writer.write(trace)
     except KeyboardInterrupt:
         interrupted = True
@@ -448,7 +534,8 @@ def _run(
     finally:
         writer.close()
         summary = {
-            "simulated": config.is_simulated(),
+            "loop": config.loop,
+            "simulated": config.is_simulated() if config.loop == "debate" else debaters.simulated,
             "traces_file": str(traces_path),
             "skipped_done": len(done),
             "interrupted": interrupted,
@@ -461,6 +548,20 @@ def _run(
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
+    if summary.get("loop") == "mro":
+        label = " (simulated roles)" if summary["simulated"] else ""
+        print(
+            f"rollout mro{label}: {summary['questions']} new instances ({summary['skipped_done']} already done) "
+            f"-> {summary['traces_file']}"
+        )
+        print(
+            f"  accuracy {summary['accuracy']}, mean iterations {summary['mean_iterations']}, "
+            f"{summary['tokens_per_instance']} tokens/instance, {summary['instances_per_s']} instances/s"
+        )
+        print(f"  candidate accuracy by iteration {summary['candidate_accuracy_by_iteration']}")
+        print(f"  action shares by iteration      {summary['action_shares_by_iteration']}")
+        print(f"  statuses {summary['statuses']}   parse {summary['parse']}")
+        return
     label = " (simulated debaters)" if summary["simulated"] else ""
     print(
         f"rollout{label}: {summary['questions']} new debates ({summary['skipped_done']} already done) "
@@ -477,69 +578,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``metamod rollout --config configs/rollout/sim_arith.yaml [--key value ...]``."""
-    task_config, config, sim_config = parse_config(
-        [TaskConfig, RolloutConfig, SimulationConfig], argv, prog="metamod rollout"
+    from metamod.rollout.mro_simulated import MROSimulationConfig
+
+    task_config, config, sim_config, mro_sim_config = parse_config(
+        [TaskConfig, RolloutConfig, SimulationConfig, MROSimulationConfig], argv, prog="metamod rollout"
     )
-    summary = rollout(task_config=task_config, config=config, sim_config=sim_config)
+    summary = rollout(task_config=task_config, config=config, sim_config=sim_config, mro_sim_config=mro_sim_config)
     _print_summary(summary)
-    return 0
-
-
-# --------------------------------------------------------------------------------------------- merge
-
-
-@dataclass
-class MergeConfig:
-    """Inputs and output of ``metamod merge-shards``."""
-
-    inputs: list[str] = field(
-        default_factory=list,
-        metadata={"help": "Shard files, or one folder holding traces.shard-*-of-*.jsonl files."},
-    )
-    output: str = field(default="", metadata={"help": "Merged traces file (e.g. runs/x/traces.jsonl)."})
-
-    def __post_init__(self) -> None:
-        if not self.inputs:
-            raise ConfigError("merge-shards needs inputs: shard files or a folder with traces.shard-*-of-*.jsonl")
-        if not self.output:
-            raise ConfigError("merge-shards needs output, e.g. --output runs/x/traces.jsonl")
-
-
-def shard_files(inputs: list[str]) -> list[Path]:
-    """Expand folders to their ``traces.shard-*-of-*.jsonl`` files and check that no shard of K is missing."""
-    files: list[Path] = []
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            found = sorted(path.glob("traces.shard-*-of-*.jsonl"))
-            if not found:
-                raise FileNotFoundError(f"{path} holds no traces.shard-*-of-*.jsonl files")
-            files.extend(found)
-        else:
-            files.append(path)
-    by_k: dict[int, set[int]] = {}
-    for f in files:
-        parts = f.name.split(".")
-        if len(parts) == 3 and parts[1].startswith("shard-"):
-            _, i, _, k = parts[1].split("-")
-            by_k.setdefault(int(k), set()).add(int(i))
-    for k, seen in by_k.items():
-        missing = sorted(set(range(k)) - seen)
-        if missing:
-            raise FileNotFoundError(f"shard file(s) {missing} of {k} missing among the inputs; run them or list them")
-    return files
-
-
-def merge_main(argv: list[str] | None = None) -> int:
-    """``metamod merge-shards --inputs runs/x --output runs/x/traces.jsonl``."""
-    (config,) = parse_config([MergeConfig], argv, prog="metamod merge-shards")
-    files = shard_files(config.inputs)
-    counts = merge_shards(files, config.output)
-    num = sum(1 for _ in read_traces(config.output, validate=False))
-    print(
-        f"merged {counts['inputs']} file(s) -> {config.output}: {num} traces "
-        f"({counts['duplicates']} duplicate(s) dropped)"
-    )
     return 0
 
 

@@ -11,6 +11,10 @@ agents only, with the shared grader.
 
 ``metamod build-dataset --traces runs/sim_arith/traces.jsonl --output_dir data/moderator``
 
+``--source mro`` reads MRO traces instead and writes controller snapshots (one row per iteration; the state is the
+question, the candidate and the Monitor's report; ``eta`` = the candidate is correct): same columns, same rewards,
+same training (:mod:`metamod.rollout.mro_snapshots`).
+
 >>> rows = snapshot_rows(example_trace("q1"))
 >>> rows[0]["eta"], rows[0]["round"], rows[0]["is_final_round"], rows[0]["answers"]
 (1, 0, True, ['4', '5'])
@@ -31,6 +35,8 @@ from typing import Any
 from metamod.config import ConfigError, check_fingerprint, parse_config, save_resolved_config
 from metamod.errors import InputError, load_json
 from metamod.files import FolderLock, atomic_write_json, check_unlocked
+from metamod.rollout.mro_snapshots import mro_snapshot_rows
+from metamod.rollout.mro_traces import is_mro_trace
 from metamod.rollout.state import moderator_messages
 from metamod.rollout.stats import eta_tally
 from metamod.rollout.traces import example_trace, read_traces, validate_trace  # noqa: F401 (example_trace: doctest)
@@ -39,6 +45,7 @@ from metamod.tasks.grading import is_equivalent
 logger = logging.getLogger(__name__)
 
 SUMMARY_FILE = "build_summary.json"
+SOURCES = ("debate", "mro")
 CONFIG_FILE = "build_dataset_config.yaml"
 
 COLUMNS = (
@@ -187,6 +194,7 @@ def build_dataset(
     max_rounds: int | None = None,
     single_template: bool = False,
     keep_agents: int | None = None,
+    source: str = "debate",
     push_to_hub: bool = False,
     repo_id: str | None = None,
     private: bool = True,
@@ -204,6 +212,8 @@ def build_dataset(
         single_template: the STOP/CONTINUE prompt on every row, no forced-answer rows (the paper's training rows).
         keep_agents: keep only the first this many agents' responses per round, re-grading ``eta`` over them
             (the paper keeps N=2).
+        source: ``"debate"`` (debate traces -> moderator rows) or ``"mro"`` (MRO traces -> controller snapshots);
+            a trace of the other kind is an error naming its file and id.
         push_to_hub: also push to the Hugging Face Hub under ``repo_id``.
         repo_id: Hub dataset repo (``user/name``), required with ``push_to_hub``.
         private: create the Hub repo as private.
@@ -231,6 +241,10 @@ def build_dataset(
         raise ValueError(f"keep_agents must be >= 1 or None (all agents), got {keep_agents}")
     if push_to_hub and not repo_id:
         raise ValueError("push_to_hub needs repo_id (e.g. your-name/metamod-moderator-data)")
+    if source not in SOURCES:
+        raise ConfigError(f"source must be one of {SOURCES}, got {source!r}")
+    if source == "mro" and keep_agents is not None:
+        raise ConfigError("keep_agents applies to debates (agents per round); an MRO snapshot has one candidate")
     files = _trace_files(traces_path)
     options = dataset_options(
         validation_fraction=validation_fraction,
@@ -238,6 +252,7 @@ def build_dataset(
         max_rounds=max_rounds,
         single_template=single_template,
         keep_agents=keep_agents,
+        source=source,
     )
     if output_dir is not None:  # another writer or other settings: fail before reading the traces
         check_unlocked(output_dir)
@@ -261,12 +276,23 @@ def build_dataset(
                 skipped.append(tid)
                 continue
             validate_trace(trace, f"{path}: trace {tid!r}")
+            if is_mro_trace(trace) != (source == "mro"):
+                kind, flag = ("an MRO", "--source mro") if is_mro_trace(trace) else ("a debate", "--source debate")
+                raise InputError(
+                    f"{path}:{number}: trace {tid!r} is {kind} trace but source is {source!r}; expected {source} "
+                    f"traces (build {kind.split()[-1]} rows with {flag}, from a separate traces file)"
+                )
             if tid in seen:
                 duplicates += 1
                 continue
             seen.add(tid)
             split = "validation" if is_validation(tid, fraction=validation_fraction, seed=seed) else "train"
-            rows = snapshot_rows(trace, max_rounds=max_rounds, single_template=single_template, keep_agents=keep_agents)
+            if source == "mro":
+                rows = mro_snapshot_rows(trace, max_rounds=max_rounds, single_template=single_template)
+            else:
+                rows = snapshot_rows(
+                    trace, max_rounds=max_rounds, single_template=single_template, keep_agents=keep_agents
+                )
             if keep_agents is not None:
                 trimmed_rows += sum(len(r["responses"]) > keep_agents for r in trace["rounds"][: len(rows)])
             splits[split].extend(rows)
@@ -372,6 +398,7 @@ def dataset_options(
     max_rounds: int | None = None,
     single_template: bool = False,
     keep_agents: int | None = None,
+    source: str = "debate",
 ) -> dict[str, Any]:
     """The options that shape a moderator dataset's rows, as recorded in ``build_summary.json`` (``options``).
 
@@ -384,6 +411,7 @@ def dataset_options(
         "max_rounds": max_rounds,
         "single_template": bool(single_template),
         "keep_agents": keep_agents,
+        **({"source": source} if source != "debate" else {}),  # debate datasets keep their old fingerprints
     }
 
 
@@ -418,6 +446,13 @@ class DatasetConfig:
             "are discarded) and re-grade eta over them. None: all agents."
         },
     )
+    source: str = field(
+        default="debate",
+        metadata={
+            "help": "debate: debate traces -> moderator rows; mro: MRO traces -> controller snapshots (state = "
+            "question, candidate, monitor report; eta = the candidate is correct)."
+        },
+    )
     push_to_hub: bool = field(default=False, metadata={"help": "Also push the dataset to the Hugging Face Hub."})
     repo_id: str | None = field(default=None, metadata={"help": "Hub dataset repo id (user/name) for push_to_hub."})
     private: bool = field(default=True, metadata={"help": "Create the Hub repo as private."})
@@ -450,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         max_rounds=config.max_rounds,
         single_template=config.single_template,
         keep_agents=config.keep_agents,
+        source=config.source,
         push_to_hub=config.push_to_hub,
         repo_id=config.repo_id,
         private=config.private,
@@ -457,8 +493,9 @@ def main(argv: list[str] | None = None) -> int:
         config=config,
     )
     s = dataset.info_summary
-    label = " (simulated debates)" if s["simulated"] else ""
-    print(f"moderator dataset{label} -> {config.output_dir}")
+    what = "controller snapshots (MRO)" if config.source == "mro" else "moderator dataset"
+    label = " (simulated)" if s["simulated"] else ""
+    print(f"{what}{label} -> {config.output_dir}")
     print(
         f"  questions {s['questions']} (train {s['questions_by_split']['train']}, "
         f"validation {s['questions_by_split']['validation']}); rows {s['rows']}"

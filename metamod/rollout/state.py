@@ -26,3 +26,19 @@ def moderator_messages(question: str, responses: list[str], *, final: bool) -> l
     """
     template = "moderator_forced" if final else "moderator_decide"
     return [{"role": "user", "content": render(template, question=question, responses=format_responses(responses))}]
+
+
+def controller_messages(question: str, solution: str, report: str, *, final: bool) -> list[dict[str, str]]:
+    """The trained moderator's prompt as the MRO Controller: ONE function for training rows and inference.
+
+    The state is the question, the Reasoner's current solution and the Monitor's report (never the gold answer).
+    The output protocol is the moderator's: ``STOP <answer>..</answer>`` accepts (or, with another answer,
+    patches), ``CONTINUE`` restarts. At the last iteration (``final=True``) the forced variant asks for the answer.
+
+    >>> msgs = controller_messages("2+2?", "Step 1: 2+2=4 <answer>4</answer>", "ERROR_FOUND: no", final=False)
+    >>> "CONTINUE" in msgs[0]["content"], "ERROR_FOUND: no" in msgs[0]["content"]
+    (True, True)
+    """
+    template = "mro_controller_forced" if final else "mro_controller_decide"
+    content = render(template, question=question, solution=solution.strip(), report=report.strip() or "(no report)")
+    return [{"role": "user", "content": content}]

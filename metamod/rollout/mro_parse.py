@@ -1,0 +1,305 @@
+"""What the MRO roles say: their prompts (built here, by name, from ``templates.yaml``) and the parsers of their outputs.
+
+Role outputs are tagged fields, one per line (``FIELD: value``; a value runs until the next known field), or a JSON
+object with the same keys in lower case. Both are parsed without ``eval``. What happens with malformed output is
+decided here, once, and recorded in the ``parse`` field of each role record (the results count them):
+
+=============  ===============  ================================================================================
+role           ``parse``        meaning / fallback
+=============  ===============  ================================================================================
+reasoner       ``ok``           an answer was found (``<answer>`` tags, ``\\boxed``, "the answer is", ...)
+reasoner       ``no_answer``    none found: the candidate answer is ``None`` (graded wrong); the loop goes on
+monitor        ``tagged``       ``ERROR_FOUND`` read from the tagged fields
+monitor        ``json``         read from a JSON object
+monitor        ``unparsed``     no verdict: ``error_found`` is ``None``; the raw text is the report
+controller     ``tagged`` /     ``ACTION`` read from the fields
+               ``json``
+controller     ``keyword``      no ``ACTION`` field: the first of ACCEPT / PATCH / RESTART anywhere in the text
+controller     ``default``      no action word at all: RESTART when the monitor found an error (or gave no
+                                verdict), else ACCEPT
+controller     ``patch_no_      PATCH without a final answer: treated as RESTART (nothing to patch with)
+               answer``
+=============  ===============  ================================================================================
+
+Action codes follow the MC² trace schema: Accept = 1, Patch = 2, Restart = 3.
+
+>>> report = parse_monitor("ERROR_FOUND: yes\\nERROR_STEP: 2\\nERROR: 3 * 4 is 12, not 14\\nEXPLANATION: slip")
+>>> report.error_found, report.error_step, report.error, report.parse
+(True, '2', '3 * 4 is 12, not 14', 'tagged')
+>>> decision = parse_controller("ACTION: PATCH\\nJUSTIFICATION: one slip\\nFINAL_ANSWER: 17", error_found=True)
+>>> decision.action, decision.answer, decision.parse
+(2, '17', 'tagged')
+>>> parse_controller("I would restart this.", error_found=True).action
+3
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from metamod.prompts import render
+from metamod.tasks.grading import extract_answer
+
+ACCEPT, PATCH, RESTART = 1, 2, 3
+ACTION_NAMES = {ACCEPT: "accept", PATCH: "patch", RESTART: "restart"}
+ACTION_CODES = {name: code for code, name in ACTION_NAMES.items()}
+
+MONITOR_FIELDS = ("ERROR_FOUND", "ERROR_STEP", "ERROR", "EXPLANATION")
+CONTROLLER_FIELDS = ("ACTION", "JUSTIFICATION", "SUGGESTIONS", "CORRECTED_REASONING", "FINAL_ANSWER")
+_NONE_WORDS = {"", "none", "n/a", "na", "null", "-", "no error", "nothing"}
+_YES = {"yes", "true", "y", "1"}
+_NO = {"no", "false", "n", "0"}
+_ACTION_WORD = re.compile(r"\b(ACCEPT|PATCH|RESTART)\b", re.IGNORECASE)
+_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def tagged_fields(text: str, names: tuple[str, ...]) -> dict[str, str]:
+    """``FIELD: value`` pairs of ``text`` for the given field names (a value runs to the next known field).
+
+    Field names are matched case-insensitively at the start of a line, optionally bolded (``**ERROR:**``); the
+    first occurrence of a field wins.
+
+    >>> tagged_fields("ACTION: RESTART\\nSUGGESTIONS: redo step 2\\nand check it", ("ACTION", "SUGGESTIONS"))
+    {'ACTION': 'RESTART', 'SUGGESTIONS': 'redo step 2\\nand check it'}
+    """
+    alternatives = "|".join(sorted((re.escape(n) for n in names), key=len, reverse=True))
+    pattern = re.compile(rf"^[ \t>*#-]*(?:\*\*)?({alternatives})(?:\*\*)?[ \t]*[:：](?:\*\*)?[ \t]*", re.I | re.M)
+    matches = list(pattern.finditer(text or ""))
+    fields: dict[str, str] = {}
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        name = match.group(1).upper()
+        if name not in fields:
+            fields[name] = text[match.end() : end].strip()
+    return fields
+
+
+def _json_fields(text: str, names: tuple[str, ...]) -> dict[str, str] | None:
+    match = _JSON_OBJECT.search(text or "")
+    if match is None:
+        return None
+    try:
+        data = json.loads(match.group(0))
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    lowered = {str(k).lower(): v for k, v in data.items()}
+    found = {n: lowered[n.lower()] for n in names if n.lower() in lowered}
+    if not found:
+        return None
+    return {
+        k: ("" if v is None else str(v).lower() if isinstance(v, bool) else str(v)).strip() for k, v in found.items()
+    }
+
+
+def _optional(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    return None if value.lower().rstrip(".") in _NONE_WORDS else value
+
+
+# --------------------------------------------------------------------------------------------- monitor
+
+
+@dataclass(frozen=True)
+class MonitorReport:
+    """A parsed Monitor output (the MC² audit record).
+
+    Attributes:
+        error_found: whether the Monitor found an error that could change the answer (``None``: no verdict).
+        error_step: where the first major error is (a step number or text), ``None`` when none.
+        error: a short description of the error, ``None`` when none.
+        explanation: the Monitor's justification (``""`` when absent).
+        parse: how it was read: ``tagged``, ``json`` or ``unparsed``.
+    """
+
+    error_found: bool | None
+    error_step: str | None
+    error: str | None
+    explanation: str
+    parse: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _verdict(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    word = value.strip().lower().strip(".*")
+    first = word.split()[0] if word.split() else ""
+    if first in _YES:
+        return True
+    if first in _NO:
+        return False
+    return None
+
+
+def parse_monitor(text: str) -> MonitorReport:
+    """Parse a Monitor output (tagged fields, else JSON, else no verdict).
+
+    >>> parse_monitor('{"error_found": false, "error_step": null, "explanation": "all steps hold"}').error_found
+    False
+    >>> parse_monitor("Looks fine to me.").parse
+    'unparsed'
+    """
+    fields, how = tagged_fields(text, MONITOR_FIELDS), "tagged"
+    if _verdict(fields.get("ERROR_FOUND")) is None:
+        from_json = _json_fields(text, MONITOR_FIELDS)
+        if from_json is not None and _verdict(from_json.get("ERROR_FOUND")) is not None:
+            fields, how = from_json, "json"
+    verdict = _verdict(fields.get("ERROR_FOUND"))
+    if verdict is None:
+        return MonitorReport(None, None, None, (text or "").strip(), "unparsed")
+    return MonitorReport(
+        error_found=verdict,
+        error_step=_optional(fields.get("ERROR_STEP")) if verdict else None,
+        error=_optional(fields.get("ERROR")) if verdict else None,
+        explanation=(fields.get("EXPLANATION") or "").strip(),
+        parse=how,
+    )
+
+
+# --------------------------------------------------------------------------------------------- controller
+
+
+@dataclass(frozen=True)
+class ControllerDecision:
+    """A parsed Controller output.
+
+    Attributes:
+        action: 1 (Accept), 2 (Patch) or 3 (Restart).
+        answer: the accepted or patched final answer (``None`` for Restart; for Accept without a
+            ``FINAL_ANSWER`` field the caller uses the candidate's answer).
+        justification: why the action was chosen.
+        suggestions: for Restart, what the Reasoner should do next (``None`` when not given).
+        corrected_reasoning: for Patch, the corrected reasoning (``None`` when not given).
+        parse: how the action was read (see the module table).
+    """
+
+    action: int
+    answer: str | None
+    justification: str
+    suggestions: str | None
+    corrected_reasoning: str | None
+    parse: str
+
+    @property
+    def action_name(self) -> str:
+        return ACTION_NAMES[self.action]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "action_name": self.action_name}
+
+
+def _answer_of(value: str | None) -> str | None:
+    value = _optional(value)
+    if value is None:
+        return None
+    return extract_answer(value) or value.strip().strip(".").strip() or None
+
+
+def parse_controller(text: str, *, error_found: bool | None) -> ControllerDecision:
+    """Parse a Controller output; ``error_found`` (the Monitor's verdict) picks the default action.
+
+    >>> parse_controller("ACTION: ACCEPT\\nJUSTIFICATION: the audit found nothing", error_found=False).answer is None
+    True
+    >>> parse_controller("ACTION: PATCH\\nJUSTIFICATION: fix", error_found=True).parse
+    'patch_no_answer'
+    >>> parse_controller("", error_found=False).action, parse_controller("", error_found=None).action
+    (1, 3)
+    """
+    fields, how = tagged_fields(text, CONTROLLER_FIELDS), "tagged"
+    word = _ACTION_WORD.search(fields.get("ACTION", ""))
+    if word is None:
+        from_json = _json_fields(text, CONTROLLER_FIELDS)
+        if from_json is not None and _ACTION_WORD.search(from_json.get("ACTION", "")):
+            fields, how = from_json, "json"
+            word = _ACTION_WORD.search(fields["ACTION"])
+    if word is None:
+        word = _ACTION_WORD.search(text or "")
+        how = "keyword"
+    if word is None:
+        action, how = (ACCEPT if error_found is False else RESTART), "default"
+    else:
+        action = ACTION_CODES[word.group(1).lower()]
+    answer = _answer_of(fields.get("FINAL_ANSWER"))
+    if how in ("keyword", "default") and answer is None:
+        answer = extract_answer(text or "")
+    if action == PATCH and answer is None:
+        action, how = RESTART, "patch_no_answer"
+    return ControllerDecision(
+        action=action,
+        answer=answer if action != RESTART else None,
+        justification=(fields.get("JUSTIFICATION") or "").strip(),
+        suggestions=_optional(fields.get("SUGGESTIONS")) if action == RESTART else None,
+        corrected_reasoning=_optional(fields.get("CORRECTED_REASONING")) if action == PATCH else None,
+        parse=how,
+    )
+
+
+# --------------------------------------------------------------------------------------------- prompts
+
+
+def report_text(report: MonitorReport, raw: str) -> str:
+    """The audit as the Controller reads it: the structured summary when parsed, else the raw text.
+
+    >>> print(report_text(parse_monitor("ERROR_FOUND: no\\nEXPLANATION: fine"), "raw"))
+    ERROR_FOUND: no
+    EXPLANATION: fine
+    """
+    if report.parse == "unparsed":
+        return raw.strip() or "(no report)"
+    lines = [f"ERROR_FOUND: {'yes' if report.error_found else 'no'}"]
+    if report.error_found:
+        lines.append(f"ERROR_STEP: {report.error_step or 'NONE'}")
+        lines.append(f"ERROR: {report.error or 'NONE'}")
+    if report.explanation:
+        lines.append(f"EXPLANATION: {report.explanation}")
+    return "\n".join(lines)
+
+
+def reasoner_messages(question: str, *, previous: str | None = None, feedback: str | None = None) -> list[dict]:
+    """The Reasoner's conversation: the first attempt, or a retry with the rejected attempt and the feedback.
+
+    >>> reasoner_messages("2+2?")[0]["content"].endswith("Problem: 2+2?")
+    True
+    >>> "redo it" in reasoner_messages("2+2?", previous="5", feedback="redo it")[0]["content"]
+    True
+    """
+    if previous is None:
+        return [{"role": "user", "content": render("mro_reasoner", question=question)}]
+    content = render("mro_reasoner_retry", question=question, previous=previous.strip(), feedback=feedback or "")
+    return [{"role": "user", "content": content}]
+
+
+def monitor_messages(question: str, solution: str, answer: str | None) -> list[dict]:
+    """The Monitor's conversation: the problem, the solution under audit and its extracted answer."""
+    content = render("mro_monitor", question=question, solution=solution.strip(), answer=answer or "(none given)")
+    return [{"role": "user", "content": content}]
+
+
+def controller_prompt_messages(question: str, solution: str, answer: str | None, report: str) -> list[dict]:
+    """The prompted Controller's conversation (ACCEPT / PATCH / RESTART in tagged fields)."""
+    content = render(
+        "mro_controller", question=question, solution=solution.strip(), answer=answer or "(none given)", report=report
+    )
+    return [{"role": "user", "content": content}]
+
+
+def restart_feedback(decision: ControllerDecision, report: MonitorReport) -> str:
+    """What a Restart passes to the next Reasoner call: the Controller's suggestions, else the Monitor's error.
+
+    >>> d = parse_controller("ACTION: RESTART", error_found=True)
+    >>> restart_feedback(d, parse_monitor("ERROR_FOUND: yes\\nERROR: step 2 adds wrongly"))
+    'The reviewer found a problem: step 2 adds wrongly Check your work carefully at that point.'
+    """
+    if decision.suggestions:
+        return decision.suggestions
+    error = report.error or report.explanation or "the answer could not be confirmed."
+    return render("mro_feedback_from_report", error=error)

@@ -1,0 +1,267 @@
+"""MRO roles backed by a generation backend: each answers ALL of one iteration's requests in ONE ``chat`` call.
+
+A role is what the MRO engine (:mod:`metamod.rollout.mro`) batches on: at each iteration the engine hands the
+Reasoner every active instance's request in one ``propose`` call, then the Monitor (``audit``), then the Controller
+(``decide``). The three roles may use different backends and models, or share one generator.
+
+* :class:`LLMReasoner` -- ``mro_reasoner`` at the first iteration, ``mro_reasoner_retry`` (the rejected attempt and
+  the feedback) after a Restart.
+* :class:`LLMMonitor` -- ``mro_monitor``; the output is parsed by :func:`~metamod.rollout.mro_parse.parse_monitor`.
+* :class:`LLMController` -- the prompted Controller, ``mro_controller``: ACCEPT / PATCH / RESTART in tagged fields.
+* :class:`ModeratorController` -- a (trained) moderator as Controller: the moderator protocol on
+  :func:`~metamod.rollout.state.controller_messages`, parsed by :func:`~metamod.rewards.moderator.parse_decision`
+  (the training rows of ``build-dataset --source mro`` are built by the same function).
+
+Simulated roles with the same methods live in :mod:`metamod.rollout.mro_simulated`.
+
+>>> from metamod.llm.base import Generation, SamplingConfig
+>>> class Echo:
+...     name, context_length = "echo", None
+...     def chat(self, conversations, sampling):
+...         return [Generation("STOP <answer>4</answer>", 5, 3) for _ in conversations]
+>>> from metamod.tasks.base import Example
+>>> ex = Example(id="q", question="2+2?", gold="4", kind="math")
+>>> turn = ModeratorController(Echo(), SamplingConfig(temperature=0)).decide(
+...     [ControllerRequest(ex, 1, "Step 1: 2+2=4", "4", None, "ERROR_FOUND: no", final=False)])[0]
+>>> turn.decision.action_name, turn.decision.answer
+('accept', '4')
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
+from metamod.prompts import render
+from metamod.rewards.moderator import STOP, parse_decision
+from metamod.rollout.mro_parse import (
+    ACCEPT,
+    PATCH,
+    RESTART,
+    ControllerDecision,
+    MonitorReport,
+    controller_prompt_messages,
+    monitor_messages,
+    parse_controller,
+    reasoner_messages,
+)
+from metamod.rollout.state import controller_messages
+from metamod.tasks.base import Example
+from metamod.tasks.grading import is_equivalent
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ReasonerRequest:
+    """One Reasoner call: the instance, the 1-based iteration, the rejected attempt and the feedback (or ``None``)."""
+
+    example: Example
+    iteration: int
+    previous: str | None = None
+    feedback: str | None = None
+    previous_correct: bool | None = None  # simulated roles only (they model recovery); LLM roles never read it
+
+
+@dataclass
+class MonitorRequest:
+    """One Monitor call: audit ``solution`` (with its extracted ``answer``) for ``example``."""
+
+    example: Example
+    iteration: int
+    solution: str
+    answer: str | None
+    correct: bool | None = None  # simulated roles only (their detection rates depend on it)
+
+
+@dataclass
+class ControllerRequest:
+    """One Controller call: the candidate, the parsed Monitor report and its text; ``final`` at the last iteration."""
+
+    example: Example
+    iteration: int
+    solution: str
+    answer: str | None
+    report: MonitorReport | None
+    report_text: str
+    final: bool = False
+    correct: bool | None = None  # simulated roles only
+
+
+@dataclass
+class ControllerTurn:
+    """A Controller's generation and the decision parsed from it."""
+
+    generation: Generation
+    decision: ControllerDecision
+
+
+@runtime_checkable
+class Role(Protocol):
+    """What every role offers the engine and the trace: ``backend``, ``model``, ``simulated`` and its settings."""
+
+    backend: str
+    model: str
+    simulated: bool
+
+    def settings(self) -> dict[str, Any]:
+        """Settings recorded under ``roles.<role>.settings`` in each trace."""
+        ...
+
+
+class _LLMRole:
+    """One generator and its decoding; ONE ``generator.chat`` call per batch of requests."""
+
+    simulated = False
+    role = "role"
+
+    def __init__(
+        self,
+        generator: Generator,
+        sampling: SamplingConfig,
+        *,
+        backend: str = "hf",
+        memory: Any = None,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        if sampling.n != 1:
+            raise ValueError(f"MRO roles produce one output per call: sampling.n must be 1, got {sampling.n}")
+        self.generator = generator
+        self.sampling = sampling
+        self.backend = backend
+        self.model = str(getattr(generator, "name", type(generator).__name__))
+        self.memory = memory
+        self.extra = dict(settings or {})
+        self.num_calls = 0
+
+    def settings(self) -> dict[str, Any]:
+        s = self.sampling
+        return {
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "max_tokens": s.max_tokens,
+            "seed": s.seed,
+            **self.extra,
+        }
+
+    def _guided(self, conversation: Conversation, example: Example) -> Conversation:
+        guidance = str(self.memory.guidance(example, self.role) or "").strip() if self.memory is not None else ""
+        if not guidance:
+            return conversation
+        first = dict(conversation[0])
+        first["content"] = render("memory_guidance", guidance=guidance) + "\n\n" + first["content"]
+        return [first, *conversation[1:]]
+
+    def _chat(self, conversations: list[Conversation]) -> list[Generation]:
+        if not conversations:
+            return []
+        generations = self.generator.chat(conversations, self.sampling)
+        self.num_calls += 1
+        if len(generations) != len(conversations):
+            raise RuntimeError(
+                f"{self.model} ({self.role}): backend returned {len(generations)} generations for "
+                f"{len(conversations)} prompts"
+            )
+        return list(generations)
+
+
+class LLMReasoner(_LLMRole):
+    """The Reasoner: proposes a solution and an answer, conditioned on the last Restart's feedback."""
+
+    role = "reasoner"
+
+    def propose(self, requests: list[ReasonerRequest]) -> list[Generation]:
+        conversations = [
+            self._guided(
+                reasoner_messages(r.example.prompt_text(), previous=r.previous, feedback=r.feedback), r.example
+            )
+            for r in requests
+        ]
+        return self._chat(conversations)
+
+
+class LLMMonitor(_LLMRole):
+    """The Monitor: audits a solution (verdict, first wrong step, description, explanation)."""
+
+    role = "monitor"
+
+    def audit(self, requests: list[MonitorRequest]) -> list[Generation]:
+        conversations = [
+            self._guided(monitor_messages(r.example.prompt_text(), r.solution, r.answer), r.example) for r in requests
+        ]
+        return self._chat(conversations)
+
+
+class LLMController(_LLMRole):
+    """The prompted Controller: ACCEPT / PATCH / RESTART with tagged fields (``mro_controller``).
+
+    At the last iteration a RESTART cannot run: the engine ends the loop with status ``max_iterations`` and the
+    last candidate's answer, as in MC² (the budget is exhausted).
+    """
+
+    role = "controller"
+
+    def decide(self, requests: list[ControllerRequest]) -> list[ControllerTurn]:
+        conversations = [
+            self._guided(
+                controller_prompt_messages(r.example.prompt_text(), r.solution, r.answer, r.report_text), r.example
+            )
+            for r in requests
+        ]
+        generations = self._chat(conversations)
+        return [
+            ControllerTurn(g, parse_controller(g.text, error_found=r.report.error_found if r.report else None))
+            for r, g in zip(requests, generations, strict=True)
+        ]
+
+
+def moderator_decision(text: str, request: ControllerRequest) -> ControllerDecision:
+    """Map a moderator-protocol output onto the Controller's actions (one rule, used by every moderator Controller).
+
+    * ``STOP <answer>a</answer>`` (read leniently at the last iteration, like the debate's forced answer): Accept
+      when ``a`` is equivalent to the candidate's answer under the shared grader, else Patch with ``a``;
+    * ``CONTINUE``, or anything without a STOP answer before the last iteration: Restart (the next Reasoner call
+      gets the Monitor's error as feedback). At the last iteration an output without an answer ends the loop with
+      the candidate's answer (status ``max_iterations``).
+
+    >>> from metamod.tasks.base import Example
+    >>> req = ControllerRequest(Example(id="q", question="?", gold="4", kind="math"), 1, "s", "4", None, "r")
+    >>> [moderator_decision(t, req).action for t in ("STOP <answer>4.0</answer>", "STOP <answer>5</answer>", "x")]
+    [1, 2, 3]
+    """
+    parsed = parse_decision(text)
+    answer = parsed.answer if parsed.action == STOP else None
+    if answer is None and request.final:
+        from metamod.evaluate.decision import final_answer
+
+        answer = final_answer(text)
+    how = "ok" if parsed.valid else f"moderator_{parsed.reason}"
+    if answer is None:
+        return ControllerDecision(RESTART, None, "", None, None, how)
+    ex = request.example
+    same = request.answer is not None and is_equivalent(answer, request.answer, ex.kind, ex.choices)
+    if same:
+        return ControllerDecision(ACCEPT, request.answer, "", None, None, how)
+    return ControllerDecision(PATCH, answer, "", None, None, how)
+
+
+class ModeratorController(_LLMRole):
+    """A moderator model as Controller (``build-dataset --source mro`` trains one; the prompted base works too).
+
+    The prompt is :func:`~metamod.rollout.state.controller_messages` (the forced variant at the last iteration);
+    decisions follow :func:`moderator_decision`. ``settings()['protocol']`` is ``"moderator"``.
+    """
+
+    role = "controller"
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "protocol": "moderator"}
+
+    def decide(self, requests: list[ControllerRequest]) -> list[ControllerTurn]:
+        conversations = [
+            controller_messages(r.example.prompt_text(), r.solution, r.report_text, final=r.final) for r in requests
+        ]
+        generations = self._chat(conversations)
+        return [ControllerTurn(g, moderator_decision(g.text, r)) for r, g in zip(requests, generations, strict=True)]
