@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS: dict[str, list[str]] = {
     "bench_sim_throughput": [],
     "bench_engine_overhead": [],
+    "bench_mro_engine": [],
     "bench_train_overhead": [],
     "bench_shared_transcripts": [],
     "bench_learns": [],

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from metamod.config import parse_config
+from metamod.errors import ConfigError
 from metamod.evaluate.config import EvalConfig
 from metamod.evaluate.decision import LayerContext, build_layer
 from metamod.evaluate.harness import evaluate, main, read_samples
@@ -124,6 +125,29 @@ def test_resume_after_crash(tmp_path):
     assert resumed == full
 
 
+def test_task_batch_questions_changes_batches_not_rows(tmp_path, caplog):
+    import logging
+
+    two_tasks = dict(tasks=["arith", "game24"], task_options={"game24": {"task_source": "generated"}}, limit=9)
+    one = _run(tmp_path / "one", batch_questions=9, **two_tasks)
+    with caplog.at_level(logging.INFO, logger="metamod.evaluate.harness"):
+        per_task = _run(tmp_path / "per", task_batch_questions={"arith": 4, "game24": 2}, **two_tasks)
+    sizes = [(r.args[1], r.args[2]) for r in caplog.records if r.msg.startswith("eval seed") and r.args[0] == 0]
+    assert sizes == [("arith", 4), ("arith", 4), ("arith", 1)] + [("game24", 2)] * 4 + [("game24", 1)]
+
+    def rows(name):
+        return sorted(
+            read_samples(tmp_path / name / "out" / "samples.jsonl"), key=lambda r: (r["task"], r["seed"], r["id"])
+        )
+
+    assert len(rows("one")) == 36 and rows("one") == rows("per")
+    assert per_task["results"] == one["results"]
+    with pytest.raises(ConfigError, match=r"task_batch_questions has a batch size for 'gsm8k', which is not in tasks"):
+        EvalConfig(tasks=["arith"], task_batch_questions={"gsm8k": 100})
+    with pytest.raises(ConfigError, match=r"task_batch_questions\['arith'\] must be an integer >= 1.*got 0"):
+        EvalConfig(tasks=["arith"], task_batch_questions={"arith": 0})
+
+
 def test_bad_inputs_fail_before_generation(tmp_path):
     with pytest.raises(ValueError, match="Valid names"):
         EvalConfig(methods=["majority_vote", "best_of_n"])
@@ -185,6 +209,45 @@ def test_shipped_configs_parse(name):
     assert config.max_rounds == 5 and "moderator" in config.methods
     for task in config.tasks:
         config.task_config(task)
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "template_kwargs"),
+    [
+        ("mc2_paper", "meta-llama/Llama-3.1-8B-Instruct", {}),
+        ("mc2_paper_qwen3", "Qwen/Qwen3-8B", {"enable_thinking": False}),
+    ],
+)
+def test_mc2_paper_configs_parse(name, model, template_kwargs):
+    """The GPU configs parse and resolve on the CPU (nothing loads): models, batches (C.8), ToT settings (B)."""
+    from metamod.evaluate.baselines.tree_of_thought import ToTOptions
+    from metamod.evaluate.build import resolve_models
+    from metamod.memory import MemoryConfig
+
+    config, _ = parse_config([EvalConfig, MemoryConfig], ["--config", str(ROOT / "configs" / "eval" / f"{name}.yaml")])
+    assert config.tasks == ["gsm8k", "math500", "theoremqa", "game24"] and config.seeds == [0, 1, 2]
+    assert {"tot", "meta_prompting", "meta_reasoner", "ttpi", "reasoner_only", "mro"} <= set(config.methods)
+    sizes = {"gsm8k": 1319, "math500": 500, "theoremqa": 800, "game24": 100}
+    assert config.task_batch_questions == {t: min(100, max(10, n // 10)) for t, n in sizes.items()}
+    assert config.max_iterations == 3 and config.sc_samples == 5 and config.max_tokens >= 4096
+    assert ToTOptions(**config.method_options["tot"]) == ToTOptions(candidates=5, keep=2, depth=2)
+    assert config.task_config("game24").task_source == "hub"
+    for task in config.tasks:
+        config.task_config(task)
+    agent = resolve_models(config)["agent"]
+    assert (agent.backend, agent.model, agent.chat_template_kwargs) == ("vllm", model, template_kwargs)
+
+
+def test_chat_template_kwargs_reach_the_backend_and_bad_keys_are_refused():
+    from metamod.evaluate.build import resolve_models
+
+    options = {"chat_template_kwargs": {"enable_thinking": False}}
+    config = EvalConfig(
+        methods=["single_cot"], debaters="vllm", debater_model="org/model", debater_backend_options=options
+    )
+    assert resolve_models(config)["agent"].chat_template_kwargs == {"enable_thinking": False}
+    with pytest.raises(ConfigError, match=r"debater_backend_options: unknown key\(s\) \['chat_template_kwarg'\]"):
+        EvalConfig(debater_backend_options={"chat_template_kwarg": {"enable_thinking": False}})
 
 
 def test_resume_refuses_debates_from_other_debaters(tmp_path):

@@ -268,3 +268,29 @@ def test_logprobs_off_leaves_none_and_stop_strings_keep_the_invariant(gen):
     cut = gen.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=20, stop=[stop], logprobs=True))[0]
     assert 1 <= cut.completion_tokens <= base.completion_tokens
     assert cut.token_logprobs == base.token_logprobs[: cut.completion_tokens]  # through the stop-completing token
+
+
+def test_chat_template_kwargs_reach_the_template(gen, tiny_dir):
+    """A Qwen3-style template variable (enable_thinking) is read in prompts and token counts alike."""
+    import copy
+
+    from metamod.llm.tiny import CHAT_TEMPLATE
+
+    tokenizer = copy.deepcopy(gen.tokenizer)  # the module's generator keeps its own template
+    tokenizer.chat_template = CHAT_TEMPLATE + (
+        "{% if add_generation_prompt and enable_thinking is defined and enable_thinking is false %}"
+        "{{ '<think>\n\n</think>\n\n' }}{% endif %}"
+    )
+    plain = HFGenerator.from_model(gen.model, tokenizer)
+    off = HFGenerator.from_model(gen.model, tokenizer, chat_template_kwargs={"enable_thinking": False})
+    assert "<think>" not in tokenizer.decode(plain._prompt_ids(CONVS[0]))
+    assert tokenizer.decode(off._prompt_ids(CONVS[0])).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert off.count_tokens(CONVS[0]) > plain.count_tokens(CONVS[0])
+    out = off.chat(CONVS[:1], SamplingConfig(temperature=0, max_tokens=3))[0]
+    assert out.prompt_tokens == off.count_tokens(CONVS[0])
+    built = build_generator(
+        BackendConfig(backend="hf", model=str(tiny_dir), device="cpu", chat_template_kwargs={"enable_thinking": False})
+    )
+    assert built.chat_template_kwargs == {"enable_thinking": False}
+    with pytest.raises(ValueError, match=r"chat_template_kwargs must not set \['add_generation_prompt'\]"):
+        BackendConfig(model="m", chat_template_kwargs={"add_generation_prompt": False})

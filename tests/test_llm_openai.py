@@ -179,6 +179,29 @@ def test_count_tokens_tokenize_then_fallback():
     assert len(calls) == 1  # the missing endpoint is not asked again
 
 
+def test_chat_template_kwargs_sent_only_when_set():
+    """vLLM's server reads ``chat_template_kwargs`` in chat and /tokenize bodies; other servers never see the key."""
+    bodies = {}
+
+    def handler(request):
+        bodies.setdefault(request.url.path, []).append(json.loads(request.content))
+        if request.url.path == "/tokenize":
+            return httpx.Response(200, json={"count": 9})
+        return completion(request)
+
+    off = make(handler, chat_template_kwargs={"enable_thinking": False})
+    off.chat([CONV], SamplingConfig())
+    assert off.count_tokens(CONV) == 9
+    assert bodies["/v1/chat/completions"][-1]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert bodies["/tokenize"][-1]["chat_template_kwargs"] == {"enable_thinking": False}
+    make(handler).chat([CONV], SamplingConfig())
+    make(handler).count_tokens(CONV)
+    assert "chat_template_kwargs" not in bodies["/v1/chat/completions"][-1]
+    assert "chat_template_kwargs" not in bodies["/tokenize"][-1]
+    built = build_generator(BackendConfig(backend="openai", model="m", chat_template_kwargs={"enable_thinking": False}))
+    assert built.chat_template_kwargs == {"enable_thinking": False}
+
+
 def test_wrong_choice_count_and_config_checks():
     gen = make(lambda r: completion(r, texts=["only one"]))
     with pytest.raises(BackendError, match="expected n=2"):

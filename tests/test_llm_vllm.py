@@ -53,10 +53,11 @@ class FakeLLM:
     """``LLM.chat``: two samples per conversation, listed out of order; log-probs only when asked for."""
 
     def __init__(self, *, drop_logprobs: bool = False):
-        self.calls, self.drop_logprobs = [], drop_logprobs
+        self.calls, self.drop_logprobs, self.chat_kwargs = [], drop_logprobs, []
 
     def chat(self, conversations, *, sampling_params, **kwargs):
         self.calls.append(sampling_params)
+        self.chat_kwargs.append(kwargs)
         want = sampling_params.kwargs.get("logprobs") is not None and not self.drop_logprobs
         requests = []
         for c, _conv in enumerate(conversations):
@@ -70,13 +71,43 @@ class FakeLLM:
         return requests
 
 
-def _fake_generator(monkeypatch, llm: FakeLLM) -> VLLMGenerator:
+class FakeTokenizer:
+    """``apply_chat_template`` that records its keyword arguments and renders one marker per template kwarg."""
+
+    def __init__(self):
+        self.calls = []
+
+    def apply_chat_template(self, conversation, **kwargs):
+        self.calls.append(kwargs)
+        extra = "".join(f" {k}={v}" for k, v in kwargs.items() if k not in ("tokenize", "add_generation_prompt"))
+        return " ".join(m["content"] for m in conversation) + extra
+
+    def encode(self, text, add_special_tokens=True):
+        return text.split()
+
+
+def _fake_generator(monkeypatch, llm: FakeLLM, chat_template_kwargs=None) -> VLLMGenerator:
     module = types.ModuleType("vllm")
     module.SamplingParams = lambda **kwargs: types.SimpleNamespace(kwargs=kwargs)
     monkeypatch.setitem(sys.modules, "vllm", module)
     gen = VLLMGenerator.__new__(VLLMGenerator)  # no engine: only chat() is exercised
     gen.llm, gen.name, gen.context_length, gen._lora_request, gen._model_defaults = llm, "fake-vllm", 64, None, {}
+    gen.tokenizer, gen.chat_template_kwargs = FakeTokenizer(), dict(chat_template_kwargs or {})
     return gen
+
+
+def test_chat_template_kwargs_go_to_llm_chat_and_count_tokens(monkeypatch):
+    """vllm 0.31.0 ``LLM.chat(..., chat_template_kwargs=...)``; count_tokens renders the same template."""
+    conv = [{"role": "user", "content": "a b"}]
+    off = _fake_generator(monkeypatch, FakeLLM(), chat_template_kwargs={"enable_thinking": False})
+    off.chat([conv], SamplingConfig(max_tokens=4))
+    assert off.llm.chat_kwargs[-1]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert off.llm.chat_kwargs[-1]["add_generation_prompt"] is True
+    assert off.count_tokens(conv) == 3 and off.tokenizer.calls[-1]["enable_thinking"] is False
+    plain = _fake_generator(monkeypatch, FakeLLM())
+    plain.chat([conv], SamplingConfig(max_tokens=4))
+    assert plain.llm.chat_kwargs[-1]["chat_template_kwargs"] is None  # vLLM's own default
+    assert plain.count_tokens(conv) == 2 and "enable_thinking" not in plain.tokenizer.calls[-1]
 
 
 def test_chat_reads_token_logprobs_from_fake_outputs(monkeypatch):
@@ -130,3 +161,6 @@ def test_vllm_matches_protocol(tmp_path):
     assert all(1 <= g.completion_tokens <= 8 for g in out)
     greedy = gen.chat(convs, SamplingConfig(temperature=0, max_tokens=8))
     assert [g.text for g in greedy] == [g.text for g in gen.chat(convs, SamplingConfig(temperature=0, max_tokens=8))]
+    gen.chat_template_kwargs = {"enable_thinking": False}  # the real LLM.chat takes it (the tiny template ignores it)
+    assert [g.text for g in gen.chat(convs, SamplingConfig(temperature=0, max_tokens=8))] == [g.text for g in greedy]
+    assert gen.count_tokens(convs[0]) == out[0].prompt_tokens

@@ -79,7 +79,9 @@ def test_accept_ends_the_loop_with_the_candidate():
 def test_patch_ends_with_the_corrected_answer():
     reasoner = Scripted(lambda p: "Step 1: it is 7\n<answer>7</answer>")
     monitor = Scripted(lambda p: "ERROR_FOUND: yes\nERROR_STEP: 1\nERROR: wrong sum\nEXPLANATION: x")
-    controller = Scripted(lambda p: f"ACTION: PATCH\nCORRECTED_REASONING: redo\nFINAL_ANSWER: {2 * int(_question(p).split()[2])}")
+    controller = Scripted(
+        lambda p: f"ACTION: PATCH\nCORRECTED_REASONING: redo\nFINAL_ANSWER: {2 * int(_question(p).split()[2])}"
+    )
     traces, _ = _run(_roles(reasoner, monitor, controller))
     assert [(t["status"], t["final_answer"], t["final_correct"]) for t in traces] == [
         ("corrected", "2", 1), ("corrected", "4", 1), ("corrected", "6", 1)]  # fmt: skip
@@ -244,6 +246,30 @@ def test_simulated_roles_follow_their_rates():
     patch = sum(r["controller"]["action"] == 2 for r in flagged) / len(flagged)
     assert abs(patch - cfg.controller_patch) < 0.04
     patched_wrong = [r for r in wrong if r["controller"]["action"] == 2]
-    assert abs(sum(r["controller"]["answer_correct"] for r in patched_wrong) / len(patched_wrong) - cfg.patch_fix) < 0.08
+    assert (
+        abs(sum(r["controller"]["answer_correct"] for r in patched_wrong) / len(patched_wrong) - cfg.patch_fix) < 0.08
+    )
     # the loop helps: final accuracy above the first attempt's, and more restarts where the monitor flags
     assert stats.summary()["accuracy"] > acc
+
+
+def test_simulated_roles_solve_game24():
+    """game24's gold lists the numbers: right candidates and patches are valid expressions, at the configured rates."""
+    from metamod.tasks.game24 import check_expression
+
+    examples = list(load_task("game24", num_examples=200, seed=0).examples())
+    cfg = MROSimulationConfig(mro_sim_seed=0, mro_garble_prob=0.0)
+    traces = list(run_mro(examples, simulated_roles(cfg), max_iterations=3, progress=False))
+    first = [(t["history"][0], t["meta"]["numbers"]) for t in traces]
+    valid = [check_expression(r["reasoner"]["answer"], numbers) for r, numbers in first]
+    assert valid == [bool(r["eta"]) for r, _ in first]
+    assert abs(sum(valid) / len(valid) - expected_first_accuracy(examples, cfg)) < 0.08
+    right = [r for r, _ in first if r["eta"]]
+    assert abs(sum(r["monitor"]["error_found"] for r in right) / len(right) - cfg.monitor_false_alarm) < 0.08
+    patches = [
+        (r["controller"], t["meta"]["numbers"]) for t in traces for r in t["history"] if r["controller"]["action"] == 2
+    ]
+    assert any(c["answer_correct"] for c, _ in patches)
+    assert all(c["answer_correct"] == check_expression(c["answer"], numbers) for c, numbers in patches)
+    final = [check_expression(t["final_answer"], t["meta"]["numbers"]) for t in traces]
+    assert sum(final) > sum(valid)  # the loop helps

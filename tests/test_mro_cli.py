@@ -152,3 +152,8 @@ def test_eval_config_checks_mro_options():
         from metamod.evaluate.build import resolve_models
 
         resolve_models(EvalConfig(methods=["mro_trained_controller"]))
+
+
+def test_eval_refuses_mro_traces_as_debates(mro_traces, tmp_path):
+    with pytest.raises(InputError, match=r"traces.jsonl:1: trace .* is an MRO trace"):
+        evaluate(EvalConfig(methods=["majority_vote"], traces=str(mro_traces), output_dir=str(tmp_path / "e")))

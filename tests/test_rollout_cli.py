@@ -129,6 +129,28 @@ def test_config_errors_are_clear(tmp_path, capsys):
     assert "Unknown task 'arithmetic'" in capsys.readouterr().err
 
 
+def test_mro_math500_llama8b_config_parses():
+    """The GPU MRO rollout config parses on the CPU (nothing loads): one vLLM backend for the three roles, C.8 batch."""
+    from metamod.config import parse_config
+    from metamod.llm import BackendConfig
+    from metamod.rollout.mro_factory import SAMPLING_KEYS, role_specs
+    from metamod.rollout.mro_simulated import MROSimulationConfig
+    from metamod.rollout.run import RolloutConfig
+    from metamod.rollout.simulated import SimulationConfig
+    from metamod.tasks import TaskConfig
+
+    path = REPO / "configs/rollout/mro_math500_llama8b.yaml"
+    task, config, _, _ = parse_config(
+        [TaskConfig, RolloutConfig, SimulationConfig, MROSimulationConfig], ["--config", str(path)]
+    )
+    assert (task.task, task.task_split) == ("math500", "test")
+    assert (config.loop, config.max_iterations, config.batch_questions) == ("mro", 3, 50)
+    specs = role_specs(config.roles)
+    assert specs["reasoner"] == specs["monitor"] == specs["controller"]
+    backend = BackendConfig(**{k: v for k, v in specs["reasoner"].items() if k not in SAMPLING_KEYS})
+    assert (backend.backend, backend.model) == ("vllm", "meta-llama/Llama-3.1-8B-Instruct")
+
+
 def test_multi_task_rollout(tmp_path):
     tasks = [
         {"task": "arith", "task_num_examples": 3, "task_seed": 1},

@@ -7,9 +7,10 @@ import pytest
 from metamod.rollout.analysis import trace_dynamics
 from metamod.rollout.debate import run_debates
 from metamod.rollout.debaters import DebateRequest
-from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig, wrong_answers
+from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig, correct_answer, wrong_answers
 from metamod.tasks import load_task
 from metamod.tasks.base import Example
+from metamod.tasks.game24 import check_expression
 from metamod.tasks.grading import extract_answer, is_equivalent
 
 
@@ -163,3 +164,25 @@ def test_confidence_correlation_is_checked():
     with pytest.raises(ValueError, match=r"confidence_correlation must be in \[-1, 1\].*got 1.5"):
         SimulationConfig(confidence_correlation=1.5)
     SimulationConfig(confidence_correlation=-1.0)
+
+
+def test_game24_debaters_answer_with_valid_expressions_at_the_configured_rate():
+    """game24's gold lists the numbers: a right simulated answer is the recorded solution, which the checker accepts."""
+    examples = list(load_task("game24", num_examples=200, seed=0).examples())
+    assert correct_answer(examples[0]) == examples[0].meta["solution"] != examples[0].gold
+    sim = SimulatedDebaters(SimulationConfig(garble_prob=0.0))
+    traces = list(run_debates(examples, [sim, sim], max_rounds=3, progress=False))
+    for agent in (0, 1):
+        answers = [(t["rounds"][0]["responses"][agent]["answer"], t["meta"]) for t in traces]
+        valid = [check_expression(answer, meta["numbers"]) for answer, meta in answers]
+        # right answers are the solution, wrong ones the task's near misses
+        assert valid == [answer == meta["solution"] for answer, meta in answers]
+        assert all(ok or answer in meta["distractors"] for ok, (answer, meta) in zip(valid, answers, strict=True))
+        expected = sum(sim.accuracy(ex, agent) for ex in examples) / len(examples)
+        assert abs(sum(valid) / len(valid) - expected) < 0.07
+    # debate rounds recognise and adopt the right answer: accuracy rises over the rounds
+    by_round = [
+        sum(is_equivalent(r["answer"], t["gold"], "game24") for t in traces for r in t["rounds"][k]["responses"])
+        for k in range(3)
+    ]
+    assert by_round[2] > by_round[0]

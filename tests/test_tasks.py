@@ -158,6 +158,23 @@ def test_loader_details():
     assert next(load_task("strategyqa", data_files=str(FIXTURES / "strategyqa.jsonl")).examples()).id == "fx01"
 
 
+def test_math500_levels_are_integers_in_meta(tmp_path):
+    fixture = list(load_task("math500", data_files=str(FIXTURES / "math500.jsonl")).examples())
+    assert [ex.meta["level"] for ex in fixture] == [2, 2, 1, 1]
+    assert all(isinstance(ex.meta["level"], int) and ex.meta["subject"] for ex in fixture)
+    path = tmp_path / "math500.csv"
+    path.write_text(
+        "problem,answer,level,subject,unique_id\n"
+        "What is 1+1?,2,3,Algebra,a\nWhat is 2+2?,4,Level 5,Algebra,b\nWhat is 3+3?,6,?,Algebra,c\n"
+    )
+    rows = list(load_task("math500", data_files=str(path)).examples())
+    assert [ex.meta.get("level") for ex in rows] == [3, 5, None]
+    original = tmp_path / "math.jsonl"  # the original MATH layout: "Level 4" and a "type" column
+    original.write_text(json.dumps({"problem": "p?", "answer": "1", "level": "Level 4", "type": "Geometry"}) + "\n")
+    (row,) = load_task("math500", data_files=str(original), id_column="problem").examples()
+    assert row.meta["level"] == 4 and row.meta["type"] == "Geometry" and "subject" not in row.meta
+
+
 def test_parquet_matches_jsonl():
     from_jsonl = [ex.to_dict() for ex in load_task("mmlu", data_files=str(FIXTURES / "mmlu.jsonl")).examples()]
     from_parquet = [ex.to_dict() for ex in load_task("mmlu", data_files=str(FIXTURES / "mmlu.parquet")).examples()]
@@ -262,8 +279,10 @@ def test_bad_file_contents(tmp_path):
 
 
 def test_registry_and_errors():
-    assert set(TASKS) == {"arith", "gsm8k", "math500", "amc", "strategyqa", "mmlu", "local"}
-    with pytest.raises(KeyError, match="Valid names: amc, arith, gsm8k, local, math500, mmlu, strategyqa"):
+    assert set(TASKS) == {"arith", "gsm8k", "math500", "amc", "strategyqa", "mmlu", "theoremqa", "game24", "local"}
+    with pytest.raises(
+        KeyError, match="Valid names: amc, arith, game24, gsm8k, local, math500, mmlu, strategyqa, theoremqa"
+    ):
         load_task("gsm9k")
     with pytest.raises(ValueError, match=r"Unknown option\(s\) \['levels'\] for task 'gsm8k'. Valid options: "):
         load_task("gsm8k", levels=[1])

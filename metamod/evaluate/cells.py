@@ -70,6 +70,7 @@ _SCOPE_KEYS = frozenset(
         "overwrite",
         "plots",
         "batch_questions",
+        "task_batch_questions",
         "prompts_file",
     }
 )

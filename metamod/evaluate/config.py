@@ -6,10 +6,14 @@ alongside this dataclass by ``metamod eval``.
 >>> cfg = EvalConfig(methods=["majority_vote", "consensus"], tasks=["arith"])
 >>> cfg.debate_methods(), cfg.single_methods()
 (['majority_vote', 'consensus'], [])
->>> EvalConfig(methods=["majority"])
+>>> EvalConfig(methods=["majority"])  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: methods: unknown method(s) ['majority']. Valid names: adjudication_only, consensus, judge, majority_vote, moderator, moderator_prompted, single_cot, single_cot_sc, single_naive, single_reflection, stopping_only
+ValueError: methods: unknown method(s) ['majority']. Valid names: adjudication_only, consensus, judge, majority_vote, ...
+>>> EvalConfig(tasks=["arith"], task_batch_questions={"gsm8k": 100})
+Traceback (most recent call last):
+...
+metamod.errors.ConfigError: task_batch_questions has a batch size for 'gsm8k', which is not in tasks ['arith']; expected sizes only for evaluated tasks
 """
 
 from __future__ import annotations
@@ -112,6 +116,13 @@ class EvalConfig:
     batch_questions: int = field(
         default=64,
         metadata={"help": "Questions per batch: unit of batched generation, incremental writing and memory batches."},
+    )
+    task_batch_questions: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "Per-task batch_questions, e.g. {math500: 50, gsm8k: 100} (MC2 C.8); tasks not listed use "
+            "batch_questions. With a memory on, memory_batch_size still sets every task's batch."
+        },
     )
     # ---- decision layers
     moderator: str | None = field(
@@ -237,6 +248,21 @@ class EvalConfig:
                 )
             if not isinstance(options, dict):
                 raise ConfigError(f"method_options[{method!r}] must be a mapping of settings, got {options!r}")
+        if not isinstance(self.task_batch_questions, dict):
+            raise ConfigError(
+                f"task_batch_questions must be a mapping of task name to batch size, e.g. {{gsm8k: 100}}; got "
+                f"{self.task_batch_questions!r}"
+            )
+        for task, size in self.task_batch_questions.items():
+            if task not in self.tasks:
+                raise ConfigError(
+                    f"task_batch_questions has a batch size for {task!r}, which is not in tasks {self.tasks}; "
+                    "expected sizes only for evaluated tasks"
+                )
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ConfigError(
+                    f"task_batch_questions[{task!r}] must be an integer >= 1 (questions per batch), got {size!r}"
+                )
         for task, options in self.task_options.items():
             if task not in self.tasks:
                 raise ValueError(f"task_options has options for {task!r}, which is not in tasks {self.tasks}")

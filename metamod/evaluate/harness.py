@@ -1,6 +1,7 @@
 """``metamod eval``: every method on shared debate transcripts, graded by the one grader, written incrementally.
 
-Flow per seed and task, in batches of questions (``batch_questions``, or ``memory_batch_size`` with a memory):
+Flow per seed and task, in batches of questions (``task_batch_questions[task]``, else ``batch_questions``; with a
+memory on, ``memory_batch_size`` for every task, since the memory consolidates once per batch):
 
 1. one full-length debate per question (``run_debates``; or the given ``traces``; or, on resume, the traces
    already in ``output_dir/traces-seed<s>.jsonl``),
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from metamod.config import check_fingerprint, parse_config, save_resolved_config
+from metamod.errors import InputError
 from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent
 
@@ -124,7 +126,12 @@ def load_inputs(config: EvalConfig) -> tuple[dict[str, list[Example]], dict[tupl
     if config.traces:
         from metamod.rollout.traces import read_traces
 
-        for trace in read_traces(config.traces):
+        for number, trace in enumerate(read_traces(config.traces), start=1):
+            if trace.get("loop", "debate") != "debate":
+                raise InputError(
+                    f"{config.traces}:{number}: trace {trace['id']!r} is an MRO trace; `traces` replays debate "
+                    "traces (the MRO methods run their own loops: leave traces unset)"
+                )
             if config.tasks and trace["task"] not in config.tasks:
                 continue
             examples.setdefault(trace["task"], []).append(example_from_trace(trace))
@@ -364,7 +371,17 @@ def _evaluate(
     missing = missing_cells(done, examples, config.seeds, config.methods)
     save_resolved_config(output_dir / "config.yaml", config, memory_config)
     memory_on = _memory_on(memory_config)
+    # with a memory on, its own batch size wins for every task (the memory consolidates once per batch, so the
+    # batch is part of what it learns); without one, a task's task_batch_questions entry, else batch_questions
     batch_size = memory_config.memory_batch_size if memory_on else config.batch_questions
+    task_batch = {} if memory_on else dict(config.task_batch_questions)
+    if memory_on and config.task_batch_questions:
+        logger.warning(
+            "task_batch_questions %s is ignored with memory %r: every task uses memory_batch_size=%d",
+            config.task_batch_questions,
+            memory_config.memory,
+            batch_size,
+        )
     logger.info(
         "eval: %d (task, method, seed, question) cells to do (%d done in %s)",
         sum(len(m) for m in missing.values()),
@@ -403,7 +420,7 @@ def _evaluate(
                     if config.traces:
                         traces = {ex.id: reused[(task, ex.id)] for ex in todo}
                     for methods, group in _groups(todo, lambda ex, t=task, s=seed: missing[(t, s, ex.id)]):
-                        for batch in _chunks(group, batch_size):
+                        for batch in _chunks(group, task_batch.get(task, batch_size)):
                             known = set(traces)
                             rows, shared = evaluate_batch(
                                 batch,

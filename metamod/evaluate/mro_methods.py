@@ -21,6 +21,8 @@ candidate's correctness (``eta``) at each iteration, and which parse fallbacks f
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from metamod.config import ConfigError
@@ -30,7 +32,38 @@ from metamod.rollout.mro_simulated import MROSimulationConfig, simulated_roles
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer
 
+from .baselines._common import read_options
 from .single import SingleAgentMethod, SingleOutcome
+
+
+@dataclass
+class MROOptions:
+    """Per-role decoding budgets of an MRO method (``method_options: {mro: {monitor_max_tokens: 24}}``)."""
+
+    reasoner_max_tokens: int | None = field(
+        default=None, metadata={"help": "Reasoner completion budget (None: the agent's max_tokens)."}
+    )
+    monitor_max_tokens: int | None = field(
+        default=None, metadata={"help": "Monitor completion budget (None: the agent's max_tokens)."}
+    )
+    controller_max_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prompted Controller's completion budget (None: the agent's max_tokens); a moderator Controller "
+            "uses moderator_max_tokens."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None and value < 1:
+                raise ValueError(f"{f.name} must be >= 1 or None, got {value}")
+
+    def sampling(self, base: Any, role: str) -> Any:
+        """``base`` with this role's budget, when one is set."""
+        budget = getattr(self, f"{role}_max_tokens")
+        return base if budget is None else dataclasses.replace(base, max_tokens=budget)
 
 
 def mro_details(trace: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +100,7 @@ class _MROBase(SingleAgentMethod):
                 f"method {self.name!r} needs an agent: an LLM generator (debater backend) or the simulated world"
             )
         self.max_iterations = int(getattr(context, "max_iterations", 3))
+        self.options = read_options(MROOptions, self.name, getattr(context, "method_options", None))
 
     def _sim_config(self) -> MROSimulationConfig:
         return getattr(self.context, "mro_simulation", None) or MROSimulationConfig(mro_sim_seed=self.context.seed)
@@ -80,12 +114,11 @@ class _MROBase(SingleAgentMethod):
             sim = simulated_roles(self._sim_config())
             controller = self._controller(None) if self.controller_kind != "prompted" else sim.controller
             return MRORoles(sim.reasoner, sim.monitor, controller)
-        sampling = self.context.agent_sampling
-        memory = self.context.memory
+        sampling, memory, opts = self.context.agent_sampling, self.context.memory, self.options
         return MRORoles(
-            LLMReasoner(self.context.agent, sampling, memory=memory),
-            LLMMonitor(self.context.agent, sampling, memory=memory),
-            self._controller(sampling),
+            LLMReasoner(self.context.agent, opts.sampling(sampling, "reasoner"), memory=memory),
+            LLMMonitor(self.context.agent, opts.sampling(sampling, "monitor"), memory=memory),
+            self._controller(opts.sampling(sampling, "controller")),
         )
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:

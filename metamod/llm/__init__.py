@@ -45,6 +45,10 @@ BACKENDS: dict[str, str] = {
 }
 
 
+#: arguments of ``apply_chat_template`` / ``LLM.chat`` the backends set themselves (not allowed in chat_template_kwargs)
+RESERVED_TEMPLATE_KWARGS = ("conversation", "messages", "tokenize", "add_generation_prompt", "continue_final_message")
+
+
 def is_vllm_available() -> bool:
     """Whether the ``vllm`` package can be imported (without importing it).
 
@@ -85,6 +89,13 @@ class BackendConfig:
         default=None, metadata={"help": "hf: torch CPU threads (None: torch's default / OMP_NUM_THREADS)."}
     )
     trust_remote_code: bool = field(default=False, metadata={"help": "hf/vllm: allow model code from the Hub."})
+    chat_template_kwargs: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "hf/vllm/openai: extra keyword arguments of the chat template, e.g. {enable_thinking: false} for "
+            "Qwen3 (hf: apply_chat_template; vllm: LLM.chat; openai: the request's chat_template_kwargs)."
+        },
+    )
     # vllm
     tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: number of GPUs to shard the model over."})
     gpu_memory_utilization: float = field(
@@ -137,6 +148,19 @@ class BackendConfig:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
         if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
             raise ValueError(f"dtype must be one of auto, bfloat16, float16, float32; got {self.dtype!r}")
+        if not isinstance(self.chat_template_kwargs, dict) or not all(
+            isinstance(key, str) for key in self.chat_template_kwargs
+        ):
+            raise ValueError(
+                "chat_template_kwargs must be a mapping of template variable names to values, e.g. "
+                f"{{enable_thinking: false}}; got {self.chat_template_kwargs!r}"
+            )
+        reserved = sorted(set(self.chat_template_kwargs) & set(RESERVED_TEMPLATE_KWARGS))
+        if reserved:
+            raise ValueError(
+                f"chat_template_kwargs must not set {reserved}: the backends set "
+                f"{', '.join(RESERVED_TEMPLATE_KWARGS)} themselves; expected template variables such as enable_thinking"
+            )
 
 
 def build_generator(config: BackendConfig) -> Generator:
@@ -166,6 +190,7 @@ def build_generator(config: BackendConfig) -> Generator:
             trust_remote_code=config.trust_remote_code,
             decode=config.decode,
             num_threads=config.num_threads,
+            chat_template_kwargs=config.chat_template_kwargs,
         )
     if config.backend == "vllm":
         from metamod.llm.embedded import resolve_model_ref
@@ -181,6 +206,7 @@ def build_generator(config: BackendConfig) -> Generator:
             max_lora_rank=config.max_lora_rank,
             seed=config.seed,
             trust_remote_code=config.trust_remote_code,
+            chat_template_kwargs=config.chat_template_kwargs,
         )
     if config.backend == "openai":
         return cls(
@@ -190,6 +216,7 @@ def build_generator(config: BackendConfig) -> Generator:
             max_concurrency=config.max_concurrency,
             max_retries=config.max_retries,
             timeout=config.timeout,
+            chat_template_kwargs=config.chat_template_kwargs,
         )
     # A dotted-path backend defined outside metamod receives the whole config.
     return cls(config)

@@ -126,6 +126,8 @@ class HFGenerator:
         name: identifier used in traces (defaults to the model path, plus the adapter).
         decode: ``auto``, ``pruned`` (finished rows leave the batch) or ``generate`` (``model.generate``).
         num_threads: torch CPU threads to use (``None``: leave torch's setting).
+        chat_template_kwargs: extra keyword arguments of every ``apply_chat_template`` call (prompts and token
+            counts), e.g. ``{"enable_thinking": False}`` for Qwen3.
 
     Attributes:
         model: the loaded (possibly PEFT-wrapped) model, in eval mode.
@@ -144,6 +146,7 @@ class HFGenerator:
         name: str | None = None,
         decode: str = "auto",
         num_threads: int | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -183,11 +186,25 @@ class HFGenerator:
             lm = PeftModel.from_pretrained(lm, adapter)
         lm.to(device)
         label = alias or model
-        self._setup(lm, tokenizer, name=name or (f"{label}+{adapter}" if adapter else label), batch_size=batch_size)
+        self._setup(
+            lm,
+            tokenizer,
+            name=name or (f"{label}+{adapter}" if adapter else label),
+            batch_size=batch_size,
+            chat_template_kwargs=chat_template_kwargs,
+        )
         self.decode = decode
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, *, name: str = "in-memory", batch_size: int = 8) -> HFGenerator:
+    def from_model(
+        cls,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "in-memory",
+        batch_size: int = 8,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> HFGenerator:
         """Wrap an already-loaded model and tokenizer (e.g. a policy being trained) without reloading.
 
         Args:
@@ -195,16 +212,25 @@ class HFGenerator:
             tokenizer: its tokenizer (must have a chat template).
             name: identifier used in traces.
             batch_size: conversations per ``generate`` call.
+            chat_template_kwargs: extra keyword arguments of the chat template.
 
         Returns:
             The generator.
         """
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, name=name, batch_size=batch_size)
+        self._setup(model, tokenizer, name=name, batch_size=batch_size, chat_template_kwargs=chat_template_kwargs)
         self.decode = "auto"
         return self
 
-    def _setup(self, model: Any, tokenizer: Any, *, name: str, batch_size: int) -> None:
+    def _setup(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str,
+        batch_size: int,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(f"tokenizer of {name!r} has no chat template; use an instruction-tuned model")
         tokenizer.padding_side = "left"
@@ -215,6 +241,7 @@ class HFGenerator:
         self.tokenizer = tokenizer
         self.name = name
         self.batch_size = batch_size
+        self.chat_template_kwargs: dict[str, Any] = dict(chat_template_kwargs or {})
         config = getattr(model, "config", None)
         self.context_length: int | None = getattr(config, "max_position_embeddings", None)
         self.device = next(model.parameters()).device
@@ -223,7 +250,9 @@ class HFGenerator:
     # ------------------------------------------------------------------ helpers
 
     def _prompt_ids(self, conversation: Conversation) -> list[int]:
-        text = self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(
+            conversation, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
         # The template already writes any BOS text; do not let the tokenizer add special tokens twice.
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 

@@ -11,7 +11,10 @@ log-probs, to their number of log-prob entries (exact on vLLM servers, which lis
 With ``sampling.logprobs`` the request sets ``"logprobs": true`` and each Generation's ``token_logprobs`` is
 ``choice["logprobs"]["content"][i]["logprob"]``; a server that returns none fails with a :class:`BackendError`.
 ``count_tokens`` asks the server's ``/tokenize`` endpoint (vLLM has one) and otherwise approximates with
-~4 characters per token plus a few tokens per message.
+~4 characters per token plus a few tokens per message. Non-empty ``chat_template_kwargs`` (e.g.
+``{"enable_thinking": False}`` for Qwen3) go into both request bodies as ``chat_template_kwargs``, which vLLM's
+server reads (``ChatCompletionRequest`` and ``TokenizeChatRequest`` in vllm 0.31.0); empty, the field is not sent,
+so servers that do not know it see the plain OpenAI request.
 
 >>> approx_tokens([{"role": "user", "content": "x" * 40}])
 16
@@ -118,6 +121,7 @@ class OpenAIGenerator:
         context_length: the model's context, if known (servers do not report it in chat responses).
         name: identifier used in traces (defaults to ``model``).
         transport: an ``httpx`` transport to use instead of the network (tests pass ``httpx.MockTransport``).
+        chat_template_kwargs: sent as the requests' ``chat_template_kwargs`` when non-empty (vLLM servers).
     """
 
     def __init__(
@@ -134,6 +138,7 @@ class OpenAIGenerator:
         context_length: int | None = None,
         name: str | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if not model:
             raise ValueError("model must name the served model (the `model` field of chat requests)")
@@ -156,6 +161,7 @@ class OpenAIGenerator:
         self.backoff_max = backoff_max
         self.context_length = context_length
         self.transport = transport
+        self.chat_template_kwargs: dict[str, Any] = dict(chat_template_kwargs or {})
         self._tokenize_ok: bool | None = None  # None: not tried yet
 
     def _headers(self) -> dict[str, str]:
@@ -177,6 +183,8 @@ class OpenAIGenerator:
             payload["stop"] = list(sampling.stop)
         if sampling.logprobs:
             payload["logprobs"] = True
+        if self.chat_template_kwargs:
+            payload["chat_template_kwargs"] = dict(self.chat_template_kwargs)
         return payload
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
@@ -289,6 +297,8 @@ class OpenAIGenerator:
         if self._tokenize_ok is not False:
             root = self.base_url.removesuffix("/v1")
             payload = {"model": self.model, "messages": list(conversation), "add_generation_prompt": True}
+            if self.chat_template_kwargs:
+                payload["chat_template_kwargs"] = dict(self.chat_template_kwargs)
             try:
                 with httpx.Client(headers=self._headers(), timeout=self.timeout, transport=self.transport) as client:
                     response = client.post(f"{root}/tokenize", json=payload)

@@ -2,8 +2,10 @@
 
 Written against vllm==0.31.0 (``LLM.__init__`` forwards engine options such as ``max_model_len``,
 ``enable_lora`` and ``max_lora_rank`` through ``**kwargs`` to ``EngineArgs``; ``LLM.chat`` takes a list of
-conversations, one ``SamplingParams`` for all, and an optional ``LoRARequest``). vLLM schedules the whole batch
-itself (continuous batching), so no micro-batching happens here.
+conversations, one ``SamplingParams`` for all, an optional ``LoRARequest`` and ``chat_template_kwargs``, a dict
+passed to the chat template, e.g. ``{"enable_thinking": False}`` for Qwen3: ``vllm/entrypoints/llm.py``,
+``LLM.chat(..., chat_template_kwargs: dict[str, Any] | None = None, ...)``). vLLM schedules the whole batch itself
+(continuous batching), so no micro-batching happens here.
 
 Log-probs (``SamplingConfig.logprobs``): ``SamplingParams(logprobs=0)``, which in vllm 0.31.0 returns the sampled
 token's log-prob only (``Sampler.gather_logprobs`` takes the top 0 plus the sampled token), one
@@ -125,6 +127,7 @@ class VLLMGenerator:
         seed: engine seed.
         trust_remote_code: allow model code from the Hub.
         name: identifier used in traces.
+        chat_template_kwargs: extra keyword arguments of the chat template (``LLM.chat`` and ``count_tokens``).
         **engine_kwargs: any other ``vllm.LLM`` / ``EngineArgs`` option (e.g. ``enforce_eager=True``).
     """
 
@@ -142,6 +145,7 @@ class VLLMGenerator:
         seed: int = 0,
         trust_remote_code: bool = False,
         name: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         **engine_kwargs: Any,
     ) -> None:
         if max_lora_rank not in LORA_RANKS:
@@ -183,6 +187,7 @@ class VLLMGenerator:
             **kwargs,
         )
         self.tokenizer = self.llm.get_tokenizer()
+        self.chat_template_kwargs: dict[str, Any] = dict(chat_template_kwargs or {})
         self.name = name or (f"{model}+{adapter}" if adapter else model)
         self.context_length: int | None = self.llm.model_config.max_model_len
         self._lora_request = None
@@ -197,7 +202,9 @@ class VLLMGenerator:
 
     def count_tokens(self, conversation: Conversation) -> int:
         """Prompt tokens of ``conversation`` after the chat template (with the assistant generation prompt)."""
-        text = self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(
+            conversation, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def chat(self, conversations: list[Conversation], sampling: SamplingConfig) -> list[Generation]:
@@ -222,6 +229,7 @@ class VLLMGenerator:
             use_tqdm=False,
             lora_request=self._lora_request,
             add_generation_prompt=True,
+            chat_template_kwargs=self.chat_template_kwargs or None,
         )
         if len(outputs) != len(conversations):
             raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(conversations)} conversations")

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 from metamod.llm.base import Generation
 from metamod.rollout.mro_parse import parse_controller
 from metamod.rollout.mro_roles import ControllerRequest, ControllerTurn, MonitorRequest, ReasonerRequest
-from metamod.rollout.simulated import _logit, _norm, _rng, _sigmoid, _slip, wrong_answers
+from metamod.rollout.simulated import _is_right, _logit, _norm, _rng, _sigmoid, _slip, correct_answer, wrong_answers
 from metamod.tasks.base import Example
 
 SIM_MRO_MODEL = "simulated-mro-v1"
@@ -110,9 +110,8 @@ def _level(example: Example) -> int:
 
 
 def _is_gold(answer: str | None, example: Example) -> bool:
-    return answer is not None and _norm(answer, example.kind, example.choices) == _norm(
-        example.gold, example.kind, example.choices
-    )
+    """Whether a candidate is right (the simulation's own rule, :func:`metamod.rollout.simulated._is_right`)."""
+    return answer is not None and _is_right(answer, example)
 
 
 class _SimRole:
@@ -168,10 +167,13 @@ class SimulatedReasoner(_SimRole):
             ex = request.example
             rng = self._rng(ex, request.iteration)
             right = rng.random() < self._p_right(request)
-            answer = ex.gold if right else self._wrong(rng, ex)
-            steps = [str(s) for s in (ex.meta.get("steps") or [])] or [f"Working it through gives {ex.gold}."]
-            if not right:
-                steps = steps[:-1] + [_slip(steps[-1], answer)] if steps else [f"That gives {answer}."]
+            solved = correct_answer(ex)
+            answer = solved if right else self._wrong(rng, ex)
+            steps = [str(s) for s in (ex.meta.get("steps") or [])]
+            if not steps:  # no worked steps recorded: one line with the attempt's own answer (never the gold's)
+                steps = [f"Working it through gives {answer}."]
+            elif not right:
+                steps = steps[:-1] + [_slip(steps[-1], answer)]
             lines = ["Trying a different approach this time."] if request.feedback else []
             lines += [f"Step {k + 1}: {s}" for k, s in enumerate(steps)]
             if rng.random() < self.config.mro_garble_prob:
@@ -229,7 +231,7 @@ class SimulatedController(_SimRole):
                 text = "Let me weigh the audit against the solution before deciding anything."
             elif flagged and rng.random() < cfg.controller_patch:
                 fixed = (rng.random() < cfg.patch_fix) if not right else (rng.random() >= cfg.patch_break)
-                answer = ex.gold if fixed else self._wrong(rng, ex, avoid=request.answer)
+                answer = correct_answer(ex) if fixed else self._wrong(rng, ex, avoid=request.answer)
                 text = (
                     "ACTION: PATCH\nJUSTIFICATION: The flagged step has a small slip that I can fix.\nSUGGESTIONS:\n"
                     f"CORRECTED_REASONING: Redoing the flagged step gives {answer}.\nFINAL_ANSWER: {answer}"

@@ -18,6 +18,8 @@ The model (every knob is a :class:`SimulationConfig` field; docs/rollout.md give
   arithmetic on that line is visibly off with probability ``slip_visible``); debate rounds refer to the peers;
   ``<answer>...</answer>`` at the end. With probability ``garble_prob`` a response is cut off before its answer
   (no parsable answer); the agent then re-solves from scratch at the next round.
+* **Right answers.** A right answer is :func:`correct_answer`: the gold, or the task's recorded ``meta["solution"]``
+  where the gold is not itself an answer (game24, whose gold lists the puzzle's numbers).
 * **Confidence wording.** The closing remark is confident ("Each line follows from the previous one.") or hedged
   ("This seems right to me.") with ``P(confident | correct) = (1 + confidence_correlation) / 2`` and
   ``P(confident | wrong) = (1 - confidence_correlation) / 2``, so style is only a noisy hint of correctness:
@@ -54,7 +56,7 @@ from metamod.llm.base import Generation
 from metamod.prompts import render
 from metamod.rollout.debaters import DebateRequest, DebaterGeneration
 from metamod.tasks.base import Example
-from metamod.tasks.grading import extract_answer, normalize_answer
+from metamod.tasks.grading import extract_answer, is_equivalent, normalize_answer
 
 SIM_MODEL = "simulated-debater-v1"
 
@@ -172,6 +174,49 @@ def _norm(answer: str | None, kind: str, choices: tuple[str, ...] | None) -> str
     return normalize_answer(answer, kind, choices)
 
 
+@lru_cache(maxsize=1 << 16)
+def _grade(answer: str, gold: str, kind: str, choices: tuple[str, ...] | None) -> bool:
+    """Memoised :func:`is_equivalent` (the shared grader)."""
+    return is_equivalent(answer, gold, kind, choices)
+
+
+def correct_answer(example: Example) -> str:
+    """The answer a simulated agent gives when it is right: ``meta["solution"]`` when the task records one, else gold.
+
+    A recorded solution is used only when the gold is not itself a right answer (game24: the gold lists the puzzle's
+    numbers, ``"4 7 8 8"``, and any valid expression is right), so a task whose ``meta`` happens to carry a worked
+    solution still answers with its gold.
+
+    Args:
+        example: the task example.
+
+    Returns:
+        The answer text.
+
+    >>> correct_answer(Example(id="a", question="?", gold="17", kind="math", meta={"solution": "3 * 4 + 5 = 17"}))
+    '17'
+    >>> correct_answer(Example(id="b", question="?", gold="4 7 8 8", kind="game24", meta={"solution": "(7 - 8 / 8) * 4"}))
+    '(7 - 8 / 8) * 4'
+    """
+    solution = example.meta.get("solution")
+    if solution and not _grade(example.gold, example.gold, example.kind, example.choices):
+        return str(solution)
+    return example.gold
+
+
+def _is_right(answer: str | None, example: Example) -> bool:
+    """Whether a simulated agent's ``answer`` is right.
+
+    Normalised equality with :func:`correct_answer` when that is the gold (every task but game24; cheap, and the
+    rule the simulation was calibrated with), else the shared grader (game24: two different valid expressions are
+    both right).
+    """
+    right = correct_answer(example)
+    if right == example.gold:
+        return _norm(answer, example.kind, example.choices) == _norm(right, example.kind, example.choices)
+    return answer is not None and _grade(answer, example.gold, example.kind, example.choices)
+
+
 def _rng(*parts: object) -> random.Random:
     digest = hashlib.blake2b("|".join(map(str, parts)).encode("utf-8"), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "big"))
@@ -193,7 +238,7 @@ def wrong_answers(example: Example) -> list[str]:
     >>> wrong_answers(Example(id="b", question="?", gold="yes", kind="yesno"))
     ['no']
     """
-    gold_key = _norm(example.gold, example.kind, example.choices)
+    gold_key = _norm(correct_answer(example), example.kind, example.choices)
     candidates: list[str] = [str(d) for d in (example.meta.get("distractors") or [])]
     if not candidates:
         if example.choices:
@@ -209,7 +254,7 @@ def wrong_answers(example: Example) -> list[str]:
     out: list[str] = []
     for cand in candidates:
         key = _norm(cand, example.kind, example.choices)
-        if key is not None and key != gold_key and cand not in out:
+        if key is not None and not _is_right(cand, example) and cand not in out:
             out.append(cand)
     return out or [f"not {example.gold}"]
 
@@ -302,7 +347,7 @@ class SimulatedDebaters:
         return rng.choice(options[1:])
 
     def _solve(self, rng: random.Random, example: Example, agent: int) -> str:
-        return example.gold if rng.random() < self.accuracy(example, agent) else self._wrong(rng, example)
+        return correct_answer(example) if rng.random() < self.accuracy(example, agent) else self._wrong(rng, example)
 
     def _decide(self, rng: random.Random, request: DebateRequest) -> tuple[str, str]:
         """(answer, move) for one turn; move is one of solve/keep/drift/conform/correct."""
@@ -310,7 +355,6 @@ class SimulatedDebaters:
         if request.round == 0:
             return self._solve(rng, ex, request.agent), "solve"
         key = lambda a: _norm(a, ex.kind, ex.choices)  # noqa: E731
-        gold_key = key(ex.gold)
         own = extract_answer(request.own_previous)
         peers = [extract_answer(p) for p in request.peer_previous]
         level = int(ex.meta.get("level", 1) or 1)
@@ -329,15 +373,16 @@ class SimulatedDebaters:
                 votes.setdefault(pk, []).append(p)
         for pk in sorted(votes, key=lambda k: (-len(votes[k]), k)):
             p_conform = (1 - stubborn) * (1 - (1 - cfg.conformity) ** len(votes[pk]))
-            if pk == gold_key:
+            if _is_right(votes[pk][0], ex):
                 p_conform *= cfg.truth_bonus
             if rng.random() < min(p_conform, 0.97):
                 return votes[pk][0], "conform"
-        if key(current) != gold_key:
-            p_fix = cfg.self_correct + (cfg.peer_correct_bonus if gold_key in votes else 0.0)
+        if not _is_right(current, ex):
+            peer_right = any(_is_right(answers[0], ex) for answers in votes.values())
+            p_fix = cfg.self_correct + (cfg.peer_correct_bonus if peer_right else 0.0)
             p_fix *= 1 / (1 + 0.25 * (level - 1))
             if rng.random() < p_fix:
-                return ex.gold, "correct"
+                return correct_answer(ex), "correct"
         return current, move
 
     # ------------------------------------------------------------------ text
@@ -368,7 +413,7 @@ class SimulatedDebaters:
 
     def _render(self, rng: random.Random, request: DebateRequest, answer: str, move: str) -> str:
         ex = request.example
-        correct = _norm(answer, ex.kind, ex.choices) == _norm(ex.gold, ex.kind, ex.choices)
+        correct = _is_right(answer, ex)
         lines: list[str] = []
         if request.round > 0:
             peer_answers = [extract_answer(p) for p in request.peer_previous]

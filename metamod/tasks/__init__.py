@@ -5,7 +5,7 @@
 dataclass that command configs embed to pick a task.
 
 >>> sorted(TASKS)
-['amc', 'arith', 'gsm8k', 'local', 'math500', 'mmlu', 'strategyqa']
+['amc', 'arith', 'game24', 'gsm8k', 'local', 'math500', 'mmlu', 'strategyqa', 'theoremqa']
 >>> task = load_task("arith", num_examples=2, seed=3, levels=[1])
 >>> task.name, task.kind, [ex.id for ex in task.examples()]
 ('arith', 'math', ['arith-3-0', 'arith-3-1'])
@@ -34,6 +34,8 @@ from metamod.tasks.benchmarks import (
     TableTask,
 )
 from metamod.tasks.config import TaskConfig
+from metamod.tasks.game24 import Game24Task
+from metamod.tasks.theoremqa import TheoremQATask
 
 __all__ = [
     "ANSWER_KINDS",
@@ -65,6 +67,8 @@ TASKS: dict[str, type] = {
     "amc": AMCTask,
     "strategyqa": StrategyQATask,
     "mmlu": MMLUTask,
+    "theoremqa": TheoremQATask,
+    "game24": Game24Task,
     "local": LocalTask,
 }
 

@@ -6,8 +6,11 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Answer kinds understood by :func:`metamod.tasks.grading.is_equivalent`.
-ANSWER_KINDS = ("math", "mc", "yesno", "text")
+#: Answer kinds understood by :func:`metamod.tasks.grading.is_equivalent`: ``math`` (exact numbers and symbolic
+#: answers), ``mc`` (option letters), ``yesno``, ``text`` (normalised exact match), ``approx`` (numbers and lists of
+#: numbers within a relative tolerance, TheoremQA's rule) and ``game24`` (an arithmetic expression checked against
+#: the puzzle's numbers).
+ANSWER_KINDS = ("math", "mc", "yesno", "text", "approx", "game24")
 
 
 @dataclass(frozen=True)

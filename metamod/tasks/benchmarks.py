@@ -185,19 +185,11 @@ class TableTask:
                 )
             else:
                 table = load_hub_table(self.hub_path, self.subset, self.split)
-            require_columns(
-                table,
-                {
-                    "question_column": self.question_column,
-                    "answer_column": self.answer_column,
-                    "choices_column": self.choices_column,
-                    "id_column": self.id_column,
-                },
-                self.source,
-            )
+            require_columns(table, self._required_columns(), self.source)
             self._table = table
-            self._valid = [index for index in range(self._num_rows()) if self._build(index) is not None]
-            self.skipped_ids = [self._row_id(i) for i in sorted(set(range(self._num_rows())) - set(self._valid))]
+            kept = [index for index in range(self._num_rows()) if self._keep(index)]
+            self._valid = [index for index in kept if self._build(index) is not None]
+            self.skipped_ids = [self._row_id(i) for i in sorted(set(kept) - set(self._valid))]
             if self.skipped_ids:
                 shown = ", ".join(self.skipped_ids[:_LOGGED_IDS]) + (
                     " ..." if len(self.skipped_ids) > _LOGGED_IDS else ""
@@ -206,10 +198,23 @@ class TableTask:
                     "%s: skipped %d of %d rows without a question or a usable gold answer (ids: %s)",
                     self.source,
                     len(self.skipped_ids),
-                    self._num_rows(),
+                    len(kept),
                     shown,
                 )
         return self._table, self._valid
+
+    def _required_columns(self) -> dict[str, str | None]:
+        """``{option name: column}`` that a loaded table must have (``None``: not required)."""
+        return {
+            "question_column": self.question_column,
+            "answer_column": self.answer_column,
+            "choices_column": self.choices_column,
+            "id_column": self.id_column,
+        }
+
+    def _keep(self, index: int) -> bool:
+        """Whether row ``index`` belongs to the task at all (rows an option leaves out are not counted as skipped)."""
+        return True
 
     def _num_rows(self) -> int:
         return len(self._table[self.question_column]) if self._table else 0
@@ -302,13 +307,45 @@ class GSM8KTask(TableTask):
         return gold if gold is not None and gold.lstrip("-").replace(".", "", 1).isdigit() else None
 
 
+def difficulty_level(value: Any) -> int | None:
+    """A MATH difficulty level as an integer: ``3``, ``"3"``, ``3.0`` and ``"Level 3"`` give ``3``; else ``None``.
+
+    >>> difficulty_level(3), difficulty_level("Level 5"), difficulty_level("2"), difficulty_level(4.0)
+    (3, 5, 2, 4)
+    >>> difficulty_level("Level ?") is None, difficulty_level(None) is None, difficulty_level(True) is None
+    (True, True, True)
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    text = (_as_text(value) or "").lower().removeprefix("level").strip()
+    return int(text) if text.isdigit() else None
+
+
 class Math500Task(TableTask):
-    """The 500-problem MATH subset (``HuggingFaceH4/MATH-500``, test): ``problem`` / ``answer`` (LaTeX)."""
+    """The 500-problem MATH subset (``HuggingFaceH4/MATH-500``, test): ``problem`` / ``answer`` (LaTeX).
+
+    ``meta["level"]`` is the MATH difficulty level as an integer (1 easiest .. 5 hardest; ``"Level 3"`` and ``"3"``
+    are read as ``3``), ``meta["subject"]`` the subject (``Algebra``, ``Precalculus``, ...), and ``meta["type"]`` the
+    subject under the original MATH column name, when a file has that column. A row whose level does not read as an
+    integer keeps no ``level``.
+    """
 
     name, kind = "math500", "math"
     hub_path, default_split = "HuggingFaceH4/MATH-500", "test"
     question_column, answer_column, id_column = "problem", "answer", "unique_id"
-    meta_columns = ("subject", "level")
+    meta_columns = ("subject", "level", "type")
+
+    def _build(self, index: int) -> Example | None:
+        example = super()._build(index)
+        if example is not None and "level" in example.meta:
+            level = difficulty_level(example.meta.pop("level"))
+            if level is not None:
+                example.meta["level"] = level
+        return example
 
 
 class AMCTask(TableTask):

@@ -29,13 +29,17 @@ class TaskConfig:
 
     task: str = field(
         default="arith",
-        metadata={"help": "Task name: arith, gsm8k, math500, amc, strategyqa, mmlu or local (see docs/tasks.md)."},
+        metadata={
+            "help": "Task name: arith, gsm8k, math500, amc, strategyqa, mmlu, theoremqa, game24 or local "
+            "(see docs/tasks.md)."
+        },
     )
     task_split: str | None = field(
         default=None,
         metadata={
-            "help": "Split: hub split to load (gsm8k/math500/strategyqa/mmlu default test, amc train), or "
-            "train/test for arith (disjoint streams). None: the task's default."
+            "help": "Split: hub split to load (gsm8k/math500/strategyqa/mmlu/theoremqa default test, amc and "
+            "game24 hub train), or train/test for arith and generated game24 (disjoint streams). None: the task's "
+            "default."
         },
     )
     task_data_files: str | None = field(
@@ -61,7 +65,18 @@ class TaskConfig:
         default=None, metadata={"help": "Column holding a stable row id (None: ids are <task>-<split>-<row>)."}
     )
     task_kind: str | None = field(
-        default=None, metadata={"help": "local only: answer kind, one of math, mc, yesno, text."}
+        default=None, metadata={"help": "local only: answer kind, one of math, mc, yesno, text, approx, game24."}
+    )
+    task_source: str | None = field(
+        default=None,
+        metadata={
+            "help": "game24 only: generated (offline seeded puzzles), hub (test-time-compute/game-of-24) or file "
+            "(task_data_files). None: file when task_data_files is set, else generated."
+        },
+    )
+    task_include_images: bool | None = field(
+        default=None,
+        metadata={"help": "theoremqa only: keep the questions that come with a picture (None/false: leave them out)."},
     )
     task_limit: int | None = field(
         default=None,
@@ -75,7 +90,7 @@ class TaskConfig:
         default=None, metadata={"help": "arith only: difficulty levels to mix uniformly, from 1..5 (None: all)."}
     )
     task_num_examples: int | None = field(
-        default=None, metadata={"help": "arith only: length of the generated stream (None: 1000)."}
+        default=None, metadata={"help": "arith and generated game24: length of the generated stream (None: 1000)."}
     )
 
     def __post_init__(self) -> None:

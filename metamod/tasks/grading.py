@@ -15,6 +15,19 @@ A hedge is unparsable, so it can never be counted correct however the gold reads
 
 The same value repeated (``"5 or 5"``, ``"(B) or (B)"``, ``"yes and yes"``) is not a hedge and counts as that value.
 
+Two kinds compare numbers differently:
+
+* ``approx`` (TheoremQA's rule; the number parsing lives in :mod:`metamod.tasks.approx`): a number, or a list of
+  numbers compared element-wise in order, where each gold number written with a decimal point or an exponent
+  (``0.02``, ``924.0``, ``1e-05``) is matched within :data:`APPROX_REL_TOL` of its size (``|prediction - gold| <=
+  0.04 * |gold|``, inclusive) and each gold integer exactly. Predictions may use fractions, ``\\frac``, scientific
+  notation (``4.6e3``, ``4.6 \\times 10^3``), units (``924 V``, ``3.5 m/s^2``), a percent sign (read as ``x`` or
+  ``x / 100``) or a symbolic value that math-verify evaluates (``\\frac{\\pi}{4}``). A gold that is not numeric is
+  graded as ``math``.
+* ``game24``: the answer is an arithmetic expression; it is correct when
+  :func:`metamod.tasks.game24.check_expression` accepts it for the puzzle's numbers (the gold: ``"4 7 8 8"``, or any
+  expression over the numbers).
+
 Math equivalence uses a fast exact/number path first and falls back to ``math-verify``. ``math-verify`` guards
 its sympy work with ``signal.alarm``, which only works on the main thread of the main interpreter; here the
 alarm is used on the main thread only and switched off elsewhere (threads, thread pools), and inputs longer
@@ -33,7 +46,9 @@ from fractions import Fraction
 logger = logging.getLogger(__name__)
 
 #: Kinds understood by :func:`is_equivalent` (kept equal to ``metamod.tasks.base.ANSWER_KINDS``).
-KINDS = ("math", "mc", "yesno", "text")
+KINDS = ("math", "mc", "yesno", "text", "approx", "game24")
+# APPROX_REL_TOL (the ``approx`` tolerance) lives in metamod.tasks.approx and is re-exported by ``__getattr__``
+# below: approx.py builds on this module's number helpers, so importing it here at load time would be circular.
 
 #: Longest candidate answer handed to math-verify/sympy; longer ones are graded by the exact paths only.
 MAX_MATH_CHARS = 400
@@ -312,7 +327,10 @@ def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | Non
 
     ``mc`` gives the option letter, ``yesno`` gives ``"yes"``/``"no"``, ``math`` gives an integer or ``p/q``
     string for plain numbers and a whitespace-free LaTeX key otherwise, ``text`` gives lower-cased words without
-    punctuation or articles. Used for majority voting; :func:`is_equivalent` is the authority on correctness.
+    punctuation or articles. ``approx`` gives the exact value like ``math`` (a list as ``[a,b]``; votes group equal
+    values, the tolerance is not applied), ``game24`` the expression in one canonical spelling
+    (:func:`metamod.tasks.game24.canonical_expression`). Used for majority voting; :func:`is_equivalent` is the
+    authority on correctness.
 
     Args:
         answer: an extracted answer or a response that contains one (``None`` allowed).
@@ -337,6 +355,10 @@ def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | Non
     [None, None, None, 'B']
     >>> [normalize_answer(a, "math") for a in ["5 or 7", "either 5 or 7", "5 and 7", "5 or 5", "$5$"]]
     [None, None, None, '5', '5']
+    >>> normalize_answer("4.6e3", "approx"), normalize_answer("[1, 0.5]", "approx")
+    ('4600', '[1,1/2]')
+    >>> normalize_answer("((8-4)) × (7-1)", "game24"), normalize_answer("8 ** 2", "game24")
+    ('(8 - 4) * (7 - 1)', None)
     """
     _check_kind(kind)
     candidate = _candidate(answer)
@@ -354,6 +376,14 @@ def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | Non
         return _letter(candidate, choices)
     if kind == "yesno":
         return _yes_no(candidate)
+    if kind == "approx":
+        from metamod.tasks.approx import approx_key
+
+        return approx_key(candidate)
+    if kind == "game24":
+        from metamod.tasks.game24 import canonical_expression
+
+        return canonical_expression(candidate)
     return _text_key(candidate) or None
 
 
@@ -408,7 +438,9 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
         prediction: the predicted answer.
         gold: the reference answer (a letter for ``mc``, yes/no for ``yesno``).
         kind: ``math`` (numbers, fractions, LaTeX via math-verify), ``mc`` (option letter or option text),
-            ``yesno`` (yes/no/true/false) or ``text`` (normalised exact match).
+            ``yesno`` (yes/no/true/false), ``text`` (normalised exact match), ``approx`` (numbers or lists of
+            numbers, decimal golds within :data:`APPROX_REL_TOL`) or ``game24`` (an expression solving the puzzle
+            whose numbers the gold lists).
         choices: the options of a multiple-choice item.
 
     Returns:
@@ -429,10 +461,14 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
     (False, False, False)
     >>> is_equivalent("5 or 7", "7", "math"), is_equivalent("(B) or (C)", "B", "mc"), is_equivalent("No idea", "no", "yesno")
     (False, False, False)
+    >>> is_equivalent("0.0208", "0.02", "approx"), is_equivalent("0.021", "0.02", "approx"), is_equivalent("[1, 0]", "[1, 0]", "approx")
+    (True, False, True)
+    >>> is_equivalent("(8 - 4) * (7 - 1)", "1 4 7 8", "game24"), is_equivalent("8 * 3 * 1 * 1", "1 4 7 8", "game24")
+    (True, False)
     >>> is_equivalent("7", "7", "number")
     Traceback (most recent call last):
     ...
-    ValueError: Unknown answer kind 'number'; expected one of math, mc, yesno, text
+    ValueError: Unknown answer kind 'number'; expected one of math, mc, yesno, text, approx, game24
     """
     _check_kind(kind)
     candidate = _candidate(prediction)
@@ -448,6 +484,15 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
     if kind == "text":
         key = _text_key(candidate)
         return bool(key) and key == _text_key(gold)
+    if kind == "approx":
+        from metamod.tasks.approx import approx_equal
+
+        return approx_equal(candidate, gold)
+    if kind == "game24":
+        from metamod.tasks.game24 import check_expression, puzzle_numbers
+
+        numbers = puzzle_numbers(gold)
+        return numbers is not None and check_expression(candidate, numbers)
     # math: refuse hedges ("5 or 7") unless the gold itself joins values; then exact numbers, then a loose string
     # key, then symbolic comparison.
     if len(_math_parts(gold)) == 1:
@@ -463,3 +508,12 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
     if len(candidate) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS or _too_costly(candidate):
         return False
     return _math_verify_equal(candidate, gold)
+
+
+def __getattr__(name: str) -> object:
+    """Re-export :data:`metamod.tasks.approx.APPROX_REL_TOL` (``from metamod.tasks.grading import APPROX_REL_TOL``)."""
+    if name == "APPROX_REL_TOL":
+        from metamod.tasks.approx import APPROX_REL_TOL
+
+        return APPROX_REL_TOL
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

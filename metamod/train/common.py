@@ -234,11 +234,17 @@ def build_missing_dataset(dataset_path: str, *, rollout_config: str, **build_opt
             f"build_dataset_config {rollout_config!r} does not exist; give a rollout YAML from configs/rollout/ "
             f"or build {dataset_path} yourself with `metamod rollout` + `metamod build-dataset`"
         )
-    task_config, config, sim_config = parse_config(
-        [TaskConfig, RolloutConfig, SimulationConfig], ["--config", rollout_config], prog="metamod rollout"
+    from metamod.rollout.mro_simulated import MROSimulationConfig
+
+    task_config, config, sim_config, mro_sim_config = parse_config(
+        [TaskConfig, RolloutConfig, SimulationConfig, MROSimulationConfig],
+        ["--config", rollout_config],
+        prog="metamod rollout",
     )
-    logger.info("Running the debates of %s into %s", rollout_config, config.output_dir)
-    summary = rollout(task_config=task_config, config=config, sim_config=sim_config)
+    what = "MRO loops" if config.loop == "mro" else "debates"
+    logger.info("Running the %s of %s into %s", what, rollout_config, config.output_dir)
+    summary = rollout(task_config=task_config, config=config, sim_config=sim_config, mro_sim_config=mro_sim_config)
     logger.info("Building the moderator dataset %s from %s", dataset_path, summary["traces_file"])
-    build_dataset(summary["traces_file"], dataset_path, **build_options)
+    source = "mro" if config.loop == "mro" else "debate"  # an MRO rollout gives controller snapshots
+    build_dataset(summary["traces_file"], dataset_path, **{"source": source, **build_options})
     return Path(dataset_path)
