@@ -157,3 +157,15 @@ def test_eval_config_checks_mro_options():
 def test_eval_refuses_mro_traces_as_debates(mro_traces, tmp_path):
     with pytest.raises(InputError, match=r"traces.jsonl:1: trace .* is an MRO trace"):
         evaluate(EvalConfig(methods=["majority_vote"], traces=str(mro_traces), output_dir=str(tmp_path / "e")))
+
+
+def test_method_options_for_a_method_left_out_are_ignored_and_typos_refused():
+    config = EvalConfig(methods=["reasoner_only"], method_options={"mro": {"monitor_max_tokens": 8}})
+    assert config.method_options["mro"] == {"monitor_max_tokens": 8}
+    with pytest.raises(ConfigError, match="'mroo', which is no method"):
+        EvalConfig(methods=["mro"], method_options={"mroo": {}})
+    with pytest.raises(ConfigError, match=r"method_options\['mro'\]: unknown setting"):
+        from metamod.evaluate.decision import LayerContext
+        from metamod.evaluate.mro_methods import MRO
+
+        MRO(LayerContext(max_rounds=1, simulated_agent=object(), method_options={"mro": {"budget": 1}}))

@@ -241,10 +241,10 @@ class EvalConfig:
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {self.limit}")
         for method, options in self.method_options.items():
-            if method not in self.methods:
+            if method not in DECISION_LAYERS and method not in self.methods:  # a typo; a known method may be off
                 raise ConfigError(
-                    f"method_options has settings for {method!r}, which is not in methods {self.methods}; expected "
-                    "settings only for evaluated methods"
+                    f"method_options has settings for {method!r}, which is no method; valid names: "
+                    f"{', '.join(sorted(DECISION_LAYERS))}"
                 )
             if not isinstance(options, dict):
                 raise ConfigError(f"method_options[{method!r}] must be a mapping of settings, got {options!r}")

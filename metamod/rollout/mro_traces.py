@@ -38,17 +38,14 @@ ROLES = ("reasoner", "monitor", "controller")
 STATUSES = ("accepted", "corrected", "max_iterations")
 _STR_OR_NONE = (str, type(None))
 
-_TOP_FIELDS: dict[str, tuple[type, ...]] = {
-    "schema_version": (int,),
+def _top_fields() -> dict[str, tuple[type, ...]]:
+    from metamod.rollout.traces import QUESTION_FIELDS  # traces.py imports this module lazily: no cycle
+
+    return {**QUESTION_FIELDS, **_MRO_FIELDS}
+
+
+_MRO_FIELDS: dict[str, tuple[type, ...]] = {
     "loop": (str,),
-    "id": (str,),
-    "task": (str,),
-    "question": (str,),
-    "gold": (str,),
-    "kind": (str,),
-    "choices": (list, type(None)),
-    "meta": (dict,),
-    "simulated": (bool,),
     "roles": (dict,),
     "max_iterations": (int,),
     "num_iterations": (int,),
@@ -111,7 +108,7 @@ def validate_mro_trace(trace: Any, where: str = "trace") -> dict:
 
     if not isinstance(trace, dict):
         raise _error(f"{where}: expected a JSON object, got {type(trace).__name__}")
-    for name, types in _TOP_FIELDS.items():
+    for name, types in _top_fields().items():
         _check(trace, name, types, where)
     if trace["schema_version"] != SCHEMA_VERSION:
         raise _error(f"{where}: field 'schema_version' is {trace['schema_version']}, expected {SCHEMA_VERSION}")

@@ -36,8 +36,8 @@ SCHEMA_VERSION = 1
 STOP_REASONS = ("max_rounds", "hook")
 BACKEND_NAMES = ("sim", "hf", "vllm", "openai", "fake")
 
-# field -> accepted python types (the schema in docs/contracts.md; `index` is an optional additive field).
-_TOP_FIELDS: dict[str, tuple[type, ...]] = {
+#: the question block every trace starts with, debate or MRO (field -> accepted python types)
+QUESTION_FIELDS: dict[str, tuple[type, ...]] = {
     "schema_version": (int,),
     "id": (str,),
     "task": (str,),
@@ -47,6 +47,10 @@ _TOP_FIELDS: dict[str, tuple[type, ...]] = {
     "choices": (list, type(None)),
     "meta": (dict,),
     "simulated": (bool,),
+}
+# field -> accepted python types (the schema in docs/contracts.md; `index` is an optional additive field).
+_TOP_FIELDS: dict[str, tuple[type, ...]] = {
+    **QUESTION_FIELDS,
     "agents": (list,),
     "rounds": (list,),
     "num_rounds": (int,),
