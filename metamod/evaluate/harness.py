@@ -406,7 +406,7 @@ def _evaluate(
             layers = {m: build_layer(m, context) for m in config.methods if m in seed_missing}
             writer = None
             traces: dict[str, dict] = {}
-            if not config.traces and config.mode == "replay":
+            if not config.traces and config.mode == "replay" and config.debate_methods():  # debates to cache
                 from metamod.rollout.traces import TraceWriter, read_traces
 
                 trace_path = output_dir / f"traces-seed{seed}.jsonl"
