@@ -116,7 +116,8 @@ def _group_labels(groups: list[DebaterGroup]) -> list[str]:
     return labels
 
 
-def _as_item(obj: Example | DebateItem, position: int, task: str | None) -> DebateItem:
+def as_item(obj: Example | DebateItem, position: int, task: str | None) -> DebateItem:
+    """An engine input as a :class:`DebateItem` (shared by the debate and MRO engines)."""
     if isinstance(obj, DebateItem):
         return obj
     if isinstance(obj, Example):
@@ -144,7 +145,7 @@ def _new_trace(item: DebateItem, agents: list[dict]) -> dict:
     }
 
 
-def _chunked(items: Iterable[DebateItem], size: int) -> Iterator[list[DebateItem]]:
+def chunked(items: Iterable[DebateItem], size: int) -> Iterator[list[DebateItem]]:
     """Consecutive lists of ``size`` items (the last one shorter), pulled lazily so memory stays flat."""
     chunk: list[DebateItem] = []
     for item in items:
@@ -228,9 +229,9 @@ def run_debates(
 
         bar = tqdm(total=total, unit="q", desc="debates", dynamic_ncols=True)
     started = time.perf_counter()
-    items = (_as_item(obj, position, task) for position, obj in enumerate(examples))
+    items = (as_item(obj, position, task) for position, obj in enumerate(examples))
     try:
-        for chunk in _chunked(items, batch_questions):
+        for chunk in chunked(items, batch_questions):
             yield from _run_chunk(
                 chunk,
                 debaters,

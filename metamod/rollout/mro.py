@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from metamod.rollout.debate import DebateItem, _as_item, _chunked
+from metamod.rollout.debate import DebateItem, as_item, chunked
 from metamod.rollout.mro_parse import ACCEPT, ACTION_NAMES, PATCH, RESTART, parse_monitor, report_text, restart_feedback
 from metamod.rollout.mro_roles import ControllerRequest, MonitorRequest, ReasonerRequest
 from metamod.rollout.mro_traces import ROLES
@@ -193,9 +193,9 @@ def run_mro(
 
         bar = tqdm(total=total, unit="q", desc="mro", dynamic_ncols=True)
     started = time.perf_counter()
-    items = (_as_item(obj, position, task) for position, obj in enumerate(examples))
+    items = (as_item(obj, position, task) for position, obj in enumerate(examples))
     try:
-        for chunk in _chunked(items, batch_questions):
+        for chunk in chunked(items, batch_questions):
             yield from _run_chunk(chunk, roles, described, max_iterations, stats)
             if bar is not None:
                 bar.update(len(chunk))

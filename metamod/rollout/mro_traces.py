@@ -38,6 +38,7 @@ ROLES = ("reasoner", "monitor", "controller")
 STATUSES = ("accepted", "corrected", "max_iterations")
 _STR_OR_NONE = (str, type(None))
 
+
 def _top_fields() -> dict[str, tuple[type, ...]]:
     from metamod.rollout.traces import QUESTION_FIELDS  # traces.py imports this module lazily: no cycle
 
