@@ -251,8 +251,10 @@ def test_tot_terminal_thought_is_a_leaf_not_expanded():
 
 def test_tot_depth_option_and_memory_guidance():
     class Memory:
-        def guidance(self, example, role):
-            return "REMEMBER-THIS"
+        def guidance(self, request):
+            from metamod.memory import Guidance
+
+            return Guidance(text="REMEMBER-THIS")
 
     agent = FakeAgent(lambda c, j, s: "<score>5</score>" if kind_of(c) == "tot_evaluate" else f"step {j}")
     ctx = _ctx(agent, memory=Memory(), method_options={"tot": {"candidates": 3, "keep": 1, "depth": 3}})

@@ -175,9 +175,11 @@ def test_trimming_oldest_peer_first_with_warning(caplog):
 
 def test_memory_guidance_is_prepended():
     class Memory:
-        def guidance(self, example, role):
-            assert role == "debater"
-            return "Check the units." if example.id == "q1" else ""
+        def guidance(self, request):
+            from metamod.memory import Guidance
+
+            assert request.role == "debater" and request.agent == 0 and request.step == 0
+            return Guidance(text="Check the units." if request.example.id == "q1" else "")
 
     gen = ScriptedGenerator(0)
     group = LLMDebaters(gen, SamplingConfig(max_tokens=8), memory=Memory(), confidence=True)

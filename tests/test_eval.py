@@ -262,8 +262,10 @@ def test_resume_refuses_debates_from_other_debaters(tmp_path):
 class _GuidingMemory:
     name = "fake"
 
-    def guidance(self, example, role):
-        return f"remember {role}"
+    def guidance(self, request):
+        from metamod.memory import Guidance
+
+        return Guidance(text=f"remember {request.role}", item_ids=("x",))
 
 
 class _EchoAgent:
@@ -307,7 +309,11 @@ def test_memory_is_observed_and_saved_per_batch(tmp_path):
     )
     doc = evaluate(config, MemoryConfig(memory="behaviour_bank", memory_batch_size=4))
     assert doc["n_samples"]["arith"]["rows"] == 8
-    saved = json.loads((tmp_path / "mem" / "memory-seed0.json").read_text())
-    assert saved["memory"] == "behaviour_bank"
-    assert saved["state"]["batch_index"] == 2  # end_batch() after each of the two batches of 4
+    saved = json.loads((tmp_path / "mem" / "memory-seed0" / "manifest.json").read_text())
+    assert saved["memory"] == "behaviour_bank" and saved["version"] == 2
+    assert saved["batch_index"] == 2  # end_batch() after each of the two batches of 4
     assert saved["state"]["entries"]  # it observed finished debates and distilled behaviours from them
+    rows = [json.loads(line) for line in (tmp_path / "mem" / "samples.jsonl").read_text().splitlines()]
+    assert [r["memory_batch"] for r in rows] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert all(isinstance(r["methods"]["consensus"]["memory_items"], list) for r in rows)
+    assert len(doc["results"]["arith"]["consensus"]["accuracy_by_batch"]) == 2

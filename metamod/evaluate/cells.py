@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ _SCOPE_KEYS = frozenset(
         "plots",
         "batch_questions",
         "task_batch_questions",
+        "question_order_seed",
         "prompts_file",
     }
 )
@@ -106,14 +108,20 @@ _METHOD_KNOBS = {
     "mro": _MRO_KNOBS,
     "mro_trained_controller": _MRO_KNOBS,
     "mro_prompted_moderator": _MRO_KNOBS,
+    "mc2": _MRO_KNOBS,
+    "mro_micro": _MRO_KNOBS,
+    "reasoner_updates": ("mro_simulation",),
     "meta_reasoner": ("sc_samples",),  # its CoT-SC strategy samples sc_samples answers
 }
 #: with a memory on, cells depend on everything the memory saw before them: only these keys are free
 _MEMORY_FREE_KEYS = frozenset({"output_dir", "resume", "overwrite", "plots", "prompts_file"})
 
 
-def _memory_on(memory_config: Any) -> bool:
-    return memory_config is not None and memory_config.memory not in (None, "none")
+def _memory_on(memory_config: Any, methods: list[str] | None = None) -> bool:
+    """Whether a memory takes part: the config's shared one, or a method's own (``mc2``, ``bot``, ...)."""
+    from .memories import memory_on
+
+    return memory_on(list(methods or []), memory_config)
 
 
 def eval_settings(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
@@ -129,7 +137,7 @@ def eval_settings(config: EvalConfig, memory_config: Any = None) -> dict[str, An
     (3, False, False)
     """
     resolved = config_to_dict(config, memory_config)
-    if _memory_on(memory_config):
+    if _memory_on(memory_config, config.methods):
         free: set[str] = set(_MEMORY_FREE_KEYS)
     else:
         memory_keys = {f.name for f in dataclasses.fields(memory_config)} if memory_config is not None else set()
@@ -265,13 +273,16 @@ def missing_cells(
 def has_outputs(output_dir: Path) -> bool:
     """Whether ``output_dir`` holds what a resumed evaluation would reuse (samples, cached debates, memory states)."""
     return output_dir.is_dir() and any(
-        any(output_dir.glob(pattern)) for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", "memory-seed*.json")
+        any(output_dir.glob(pattern)) for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", "memory-seed*")
     )
 
 
 def clear_outputs(output_dir: Path) -> None:
     """Delete what a resumed evaluation would reuse (samples, cached debates, memory states) and the old results."""
-    for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", "memory-seed*.json", RESULTS_FILE, TABLE_FILE):
+    for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", "memory-seed*", RESULTS_FILE, TABLE_FILE):
         for path in output_dir.glob(pattern):
             logger.info("eval: starting over, deleting %s", path)
-            path.unlink()
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()

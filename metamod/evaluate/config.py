@@ -9,7 +9,7 @@ alongside this dataclass by ``metamod eval``.
 >>> EvalConfig(methods=["majority"])  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: methods: unknown method(s) ['majority']. Valid names: adjudication_only, consensus, judge, majority_vote, ...
+ValueError: methods: unknown method(s) ['majority']. Valid names: adjudication_only, bot, consensus, judge, ...
 >>> EvalConfig(tasks=["arith"], task_batch_questions={"gsm8k": 100})
 Traceback (most recent call last):
 ...
@@ -121,7 +121,14 @@ class EvalConfig:
         default_factory=dict,
         metadata={
             "help": "Per-task batch_questions, e.g. {math500: 50, gsm8k: 100} (MC2 C.8); tasks not listed use "
-            "batch_questions. With a memory on, memory_batch_size still sets every task's batch."
+            "batch_questions. With a memory on, memory batches set every task's batch."
+        },
+    )
+    question_order_seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "None: each task's questions in file order; an int: shuffled with this seed before batching "
+            "(with a memory, the order is what it learns from: MC2 appendix F order sensitivity)."
         },
     )
     # ---- decision layers

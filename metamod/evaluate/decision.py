@@ -49,10 +49,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from metamod.llm.base import Generation, Generator, SamplingConfig
+from metamod.memory.base import ask, with_guidance
 from metamod.prompts import format_responses, render
 from metamod.registry import resolve
 from metamod.rewards.moderator import STOP, parse_decision
 from metamod.rollout.state import moderator_messages
+from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer, normalize_answer
 
 from .voting import all_agree, majority_answer
@@ -116,7 +118,8 @@ class LayerContext:
         agent_sampling: decoding for single-agent baselines (``single_cot_sc`` samples with it).
         simulated_agent: in the simulated world, the simulated debater the single-agent baselines replay.
         sc_samples: number of samples ``k`` of ``single_cot_sc``.
-        memory: an optional memory whose guidance is prepended to single-agent prompts.
+        memory: the method's memory (:mod:`metamod.memory`): its guidance is prepended to the prompts the method
+            builds (single-agent, MRO roles, moderator, judge); ``None``: no memory.
         method_options: per-method settings by method name (``EvalConfig.method_options``); each method reads and
             checks its own entry.
         max_iterations: the MRO methods' iteration budget N.
@@ -274,6 +277,22 @@ class DecisionLayer(ABC):
         """0-based index of the round at which this layer forces a decision."""
         return self.context.max_rounds - 1
 
+    def _guided(self, conversation: list[dict], debate: dict[str, Any], role: str, round_index: int) -> list[dict]:
+        """``conversation`` with the memory's guidance for ``role`` (moderator / judge) prepended to its first message.
+
+        The memory sees the debate's question only (a gold-free :class:`~metamod.tasks.base.Example`).
+        """
+        if self.context.memory is None:
+            return conversation
+        asked = Example(
+            id=str(debate["id"]), question=str(debate["question"]), gold="", kind=debate.get("kind", "math")
+        )
+        block = ask(self.context.memory, asked, role, step=round_index, method=self.name)
+        if not block:
+            return conversation
+        first = {**conversation[0], "content": with_guidance(conversation[0]["content"], block)}
+        return [first, *conversation[1:]]
+
     @abstractmethod
     def decide(self, round_index: int, debates: list[dict[str, Any]]) -> list[StepDecision]:
         """Decide for every active debate after round ``round_index`` (its rounds ``0..round_index`` are given).
@@ -319,14 +338,19 @@ class Judge(DecisionLayer):
         if round_index < self.last_round:
             return [StepDecision(stop=False) for _ in debates]
         conversations = [
-            [
-                {
-                    "role": "user",
-                    "content": render(
-                        "judge", question=d["question"], responses=format_responses(round_texts(d, round_index))
-                    ),
-                }
-            ]
+            self._guided(
+                [
+                    {
+                        "role": "user",
+                        "content": render(
+                            "judge", question=d["question"], responses=format_responses(round_texts(d, round_index))
+                        ),
+                    }
+                ],
+                d,
+                "judge",
+                round_index,
+            )
             for d in debates
         ]
         outputs = _single_call(self.context.judge, conversations, self.context.judge_sampling)
@@ -359,7 +383,12 @@ class Moderator(DecisionLayer):
         continues. At the forced last round (``final=True``) every debate stops with :func:`final_answer` of the
         output. ``valid`` is the strict protocol verdict either way.
         """
-        conversations = [moderator_messages(d["question"], round_texts(d, round_index), final=final) for d in debates]
+        conversations = [
+            self._guided(
+                moderator_messages(d["question"], round_texts(d, round_index), final=final), d, "moderator", round_index
+            )
+            for d in debates
+        ]
         outputs = _single_call(self.generator, conversations, self.context.moderator_sampling)
         decisions = []
         for g in outputs:

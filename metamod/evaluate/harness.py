@@ -1,7 +1,8 @@
 """``metamod eval``: every method on shared debate transcripts, graded by the one grader, written incrementally.
 
 Flow per seed and task, in batches of questions (``task_batch_questions[task]``, else ``batch_questions``; with a
-memory on, ``memory_batch_size`` for every task, since the memory consolidates once per batch):
+memory on (the shared ``memory`` or a method's own, :mod:`metamod.evaluate.memories`), memory batches for every
+task, since a memory consolidates once per batch):
 
 1. one full-length debate per question (``run_debates``; or the given ``traces``; or, on resume, the traces
    already in ``output_dir/traces-seed<s>.jsonl``),
@@ -9,7 +10,8 @@ memory on, ``memory_batch_size`` for every task, since the memory consolidates o
    runs its own debates with the layer as the stop hook instead),
 3. the single-agent baselines answer the same questions with their own batched calls,
 4. each method's final answer is graded with :func:`metamod.tasks.grading.is_equivalent`; one row per question
-   goes to ``samples.jsonl`` (flushed per batch); the memory observes and consolidates.
+   goes to ``samples.jsonl`` (flushed per batch, with ``memory_batch`` and each record's ``memory_items``); every
+   memory observes its method's questions, consolidates and is saved (``memory-seed<k>[-<method>]/``).
 
 Then ``results.json``, ``table.md`` and the plots are computed from ALL rows of ``samples.jsonl``, so a crashed
 run resumes where it stopped (questions already in ``samples.jsonl`` are skipped) and ends with complete metrics.
@@ -23,6 +25,7 @@ docs/contracts.md, "Resume and locking"). The output folder is locked for the wh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -31,6 +34,7 @@ from typing import Any
 
 from metamod.config import check_fingerprint, parse_config, save_resolved_config
 from metamod.errors import InputError
+from metamod.memory import MemoryConfig
 from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent
 
@@ -41,7 +45,6 @@ from .cells import (  # re-exported: `from metamod.evaluate.harness import eval_
     SAMPLES_FILE,
     TABLE_FILE,
     WHAT,
-    _memory_on,
     clear_outputs,
     current_rows,
     eval_settings,
@@ -52,8 +55,18 @@ from .cells import (  # re-exported: `from metamod.evaluate.harness import eval_
 )
 from .config import EvalConfig
 from .decision import DECISION_LAYERS, build_layer
+from .memories import (
+    SeedMemories,
+    batch_numbers,
+    memories_in_use,
+    memory_llm_spec,
+    memory_on,
+    needs_memory_llm,
+    read_summaries,
+)
+from .memory_metrics import batch_metrics
 from .metrics import task_metrics
-from .replay import prefix, replay, run_live
+from .replay import replay, run_live
 from .report import markdown_tables, versions, write_plots
 
 logger = logging.getLogger(__name__)
@@ -144,6 +157,11 @@ def load_inputs(config: EvalConfig) -> tuple[dict[str, list[Example]], dict[tupl
             examples[task] = list(config.task_config(task).load().examples())
     for task, exs in examples.items():
         _check_examples(task, exs, config.traces or f"task {task!r}")
+    if config.question_order_seed is not None:
+        import random
+
+        for task, exs in examples.items():
+            random.Random(f"{config.question_order_seed}:{task}").shuffle(exs)
     return examples, reused
 
 
@@ -212,6 +230,7 @@ def evaluate_batch(
     config: EvalConfig,
     traces: dict[str, dict],
     grade: _Grader,
+    method_traces: dict[str, list[Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """All methods on one batch of questions.
 
@@ -223,6 +242,8 @@ def evaluate_batch(
         config: the evaluation config.
         traces: full-length traces by question id; missing ones are generated and added (the caller persists them).
         grade: the cached grader.
+        method_traces: when given, filled with each single-agent method's own traces (e.g. MRO traces; ``None``
+            for a question without one), for the methods' memories.
 
     Returns:
         ``(rows, shared_traces_by_id)``: one samples row per question, and the transcripts the rows describe.
@@ -249,7 +270,10 @@ def evaluate_batch(
             records[method] = replay(layers[method], [shared[ex.id] for ex in batch])
     for method, layer in layers.items():
         if method not in records:
-            records[method] = [_single_record(o) for o in layer.run(batch)]
+            outcomes = layer.run(batch)
+            records[method] = [_single_record(o) for o in outcomes]
+            if method_traces is not None:
+                method_traces[method] = [getattr(o, "trace", None) for o in outcomes]
     rows = []
     for i, ex in enumerate(batch):
         methods = {}
@@ -279,19 +303,6 @@ def evaluate_batch(
 # --------------------------------------------------------------------------------------------- the run
 
 
-def _build_memory(memory_config: Any, output_dir: Path, seed: int, generator: Any) -> tuple[Any, Path | None]:
-    if memory_config is None or memory_config.memory in (None, "none"):
-        return None, None
-    import dataclasses
-
-    from metamod.memory import build_memory_from_config
-
-    state = output_dir / f"memory-seed{seed}.json"
-    source = state if state.is_file() else memory_config.memory_path
-    memory = build_memory_from_config(dataclasses.replace(memory_config, memory_path=source), generator=generator)
-    return memory, state
-
-
 def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
     """The ``results.json`` document from samples rows (lm-eval-like; see docs/evaluation.md)."""
     from metamod.config import config_to_dict
@@ -304,6 +315,8 @@ def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_confi
     results, significance, n_samples = {}, {}, {}
     for task, task_rows in by_task.items():
         results[task], significance[task] = task_metrics(task_rows, config.methods, reference=config.reference_method)
+        for method, metrics in results[task].items():
+            metrics.update(batch_metrics(task_rows, method))
         n_samples[task] = {
             "questions": len({r["id"] for r in task_rows}),
             "rows": len(task_rows),
@@ -370,17 +383,15 @@ def _evaluate(
     done = current_rows(read_samples(samples_path), examples, config.seeds, settings_fp, method_fps)
     missing = missing_cells(done, examples, config.seeds, config.methods)
     save_resolved_config(output_dir / "config.yaml", config, memory_config)
-    memory_on = _memory_on(memory_config)
-    # with a memory on, its own batch size wins for every task (the memory consolidates once per batch, so the
-    # batch is part of what it learns); without one, a task's task_batch_questions entry, else batch_questions
-    batch_size = memory_config.memory_batch_size if memory_on else config.batch_questions
-    task_batch = {} if memory_on else dict(config.task_batch_questions)
-    if memory_on and config.task_batch_questions:
+    with_memory = memory_on(config.methods, memory_config)
+    # with a memory on, memory batches (memory_batch_size, else MC2's rule per task) win for every task (a memory
+    # consolidates once per batch, so the batch is part of what it learns); without one, a task's
+    # task_batch_questions entry, else batch_questions
+    if with_memory and config.task_batch_questions:
         logger.warning(
-            "task_batch_questions %s is ignored with memory %r: every task uses memory_batch_size=%d",
+            "task_batch_questions %s is ignored with a memory (%s): every task uses memory batches",
             config.task_batch_questions,
-            memory_config.memory,
-            batch_size,
+            memories_in_use(config.methods, memory_config),
         )
     logger.info(
         "eval: %d (task, method, seed, question) cells to do (%d done in %s)",
@@ -392,18 +403,26 @@ def _evaluate(
 
     todo_methods = {m for ms in missing.values() for m in ms}
     roles = {"agent"} | {r for m in todo_methods for r in resolve(DECISION_LAYERS, m, what="evaluation method").needs}
-    generators = build_generators({r: s for r, s in specs.items() if r in roles}) if missing else {}
+    wanted = {r: s for r, s in specs.items() if r in roles}
+    if missing and needs_memory_llm(sorted(todo_methods), memory_config):
+        wanted["memory"] = memory_llm_spec(memory_config)
+    generators = build_generators(wanted) if missing else {}
     with JsonlWriter(samples_path) as sink:
         for seed in config.seeds:
             seed_missing = {m for (_, s, _), ms in missing.items() if s == seed for m in ms}
             if not seed_missing:
                 continue
-            memory, memory_state = _build_memory(memory_config, output_dir, seed, generators.get("agent"))
+            seed_methods = [m for m in config.methods if m in seed_missing]
+            memories = SeedMemories(
+                memory_config, seed_methods, config.reference_method, output_dir, seed, llm=generators.get("memory")
+            )
             debaters = None
             if config.debaters == "simulated" or not config.traces or config.mode == "live":
-                debaters = build_debaters(config, seed, agent=generators.get("agent"), memory=memory)
-            context = layer_context(config, seed, generators, debaters, memory)
-            layers = {m: build_layer(m, context) for m in config.methods if m in seed_missing}
+                debaters = build_debaters(config, seed, agent=generators.get("agent"), memory=memories.shared)
+            context = layer_context(config, seed, generators, debaters, memories.shared)
+            layers = {
+                m: build_layer(m, dataclasses.replace(context, memory=memories.for_method(m))) for m in seed_methods
+            }
             writer = None
             traces: dict[str, dict] = {}
             if not config.traces and config.mode == "replay" and config.debate_methods():  # debates to cache
@@ -419,9 +438,20 @@ def _evaluate(
                     todo = [ex for ex in task_examples if (task, seed, ex.id) in missing]
                     if config.traces:
                         traces = {ex.id: reused[(task, ex.id)] for ex in todo}
+                    if with_memory:
+                        size = (memory_config or MemoryConfig()).batch_size_for(len(task_examples))
+                        numbers = batch_numbers(task_examples, size)
                     for methods, group in _groups(todo, lambda ex, t=task, s=seed: missing[(t, s, ex.id)]):
-                        for batch in _chunks(group, task_batch.get(task, batch_size)):
+                        if with_memory:
+                            batches = _memory_batches(group, numbers)
+                        else:
+                            batches = list(
+                                _chunks(group, config.task_batch_questions.get(task, config.batch_questions))
+                            )
+                        for batch in batches:
                             known = set(traces)
+                            memories.begin_batch(batch)
+                            method_traces: dict[str, list[Any]] = {}
                             rows, shared = evaluate_batch(
                                 batch,
                                 task=task,
@@ -431,7 +461,10 @@ def _evaluate(
                                 config=config,
                                 traces=traces,
                                 grade=grade,
+                                method_traces=method_traces,
                             )
+                            if with_memory:
+                                memories.annotate(rows, numbers[batch[0].id])
                             if writer is not None:
                                 for ex in batch:
                                     if ex.id not in known and ex.id in traces:
@@ -442,10 +475,8 @@ def _evaluate(
                                 row["fingerprints"] = {m: method_fps[m] for m in row["methods"]}
                             sink.write_many(rows)
                             sink.sync()
-                            if memory is not None and len(methods) == len(config.methods):
-                                _observe(memory, batch, rows, shared, config)
-                                memory.end_batch()
-                                memory.save(memory_state)
+                            if memories.active and len(methods) == len(config.methods):
+                                memories.observe_and_save(batch, rows, shared, method_traces)
                             logger.info("eval seed %d task %s: %d more rows (%s)", seed, task, len(rows), methods)
             finally:
                 if writer is not None:
@@ -453,6 +484,9 @@ def _evaluate(
     rows = current_rows(read_samples(samples_path), examples, config.seeds, settings_fp, method_fps)
     document = compute_results(rows, config, memory_config)
     document["settings_fingerprint"] = settings_fp
+    summaries = read_summaries(output_dir)
+    if summaries:
+        document["memories"] = summaries
     atomic_write_json(output_dir / RESULTS_FILE, document, indent=2, sort_keys=False)
     atomic_write_text(
         output_dir / TABLE_FILE,
@@ -478,6 +512,11 @@ def _groups(items: list[Any], key: Any) -> Iterator[tuple[Any, list[Any]]]:
         yield current, group
 
 
+def _memory_batches(group: list[Example], numbers: dict[str, int]) -> list[list[Example]]:
+    """``group`` cut where the memory batch number (:func:`~metamod.evaluate.memories.batch_numbers`) changes."""
+    return [batch for _, batch in _groups(group, lambda ex: numbers[ex.id])]
+
+
 def _check_cached_traces(traces: dict[str, dict], debaters: list[Any] | None, path: Path) -> None:
     """Refuse to resume from debates made by other debaters (settings, models or number of agents differ)."""
     if not traces or debaters is None:
@@ -499,25 +538,8 @@ def _check_cached_traces(traces: dict[str, dict], debaters: list[Any] | None, pa
             )
 
 
-def _observe(memory: Any, batch: list[Example], rows: list[dict], shared: dict[str, dict], config: EvalConfig) -> None:
-    """Show the memory each finished question: the reference method's (or first method's) stopped debate."""
-    method = config.reference_method if config.reference_method in config.methods else config.methods[0]
-    for ex, row in zip(batch, rows, strict=True):
-        record = row["methods"][method]
-        trace = shared.get(ex.id)
-        if trace is not None and record.get("stop_round") is not None:
-            trace = prefix(trace, record["stop_round"])
-        elif trace is None:
-            trace = {"id": ex.id, "rounds": [], "single": record}
-        memory.observe(
-            ex, trace, {"correct": bool(record["correct"]), "final_answer": record["final_answer"], "method": method}
-        )
-
-
 def main(argv: list[str] | None = None) -> int:
     """``metamod eval --config configs/eval/sim_debate.yaml [--key value ...]``."""
-    from metamod.memory import MemoryConfig
-
     config, memory_config = parse_config([EvalConfig, MemoryConfig], argv, prog="metamod eval")
     document = evaluate(config, memory_config)
     out = Path(config.output_dir)

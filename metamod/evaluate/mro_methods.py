@@ -7,7 +7,14 @@
                             ``build-dataset --source mro`` snapshots; STOP = Accept/Patch, CONTINUE = Restart).
 ``mro_prompted_moderator``  R + M + the untrained base model on the same moderator-protocol prompt (the analogue of
                             Meta-Moderator*: what training adds).
+``mc2``                     MC²: ``mro`` with its own MetaCognitive Accumulator (``memory: mca``; docs/memory.md).
+``mro_micro``               R+M+C + Micro-update: ``mro`` with the MCA's retrieved micro-lessons only (no consolidation).
+``reasoner_updates``        Reasoner + Updates: ``reasoner_only`` with the MCA's Reasoner stream.
 ==========================  ==========================================================================================
+
+A method with a memory of its own (``memory_name``) gets it from the harness (one per seed, saved in
+``memory-seed<k>-<method>/``), built from ``memory_options`` over its ``memory_defaults``; it observes that
+method's own traces.
 
 Every role's calls for all questions of a batch go out in one batched call per iteration. With LLM debaters the
 three roles share the debater model (``debater_model``; ``metamod rollout`` with ``loop: mro`` takes one model per
@@ -26,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from metamod.config import ConfigError
+from metamod.memory.base import ask
 from metamod.rollout.mro import MRORoles, MROStats, run_mro
 from metamod.rollout.mro_roles import LLMController, LLMMonitor, LLMReasoner, ModeratorController, ReasonerRequest
 from metamod.rollout.mro_simulated import MROSimulationConfig, simulated_roles
@@ -84,7 +92,57 @@ def mro_details(trace: dict[str, Any]) -> dict[str, Any]:
         "forced_last": trace["num_iterations"] == trace["max_iterations"],
         "parse": {role: [r[role]["parse"] for r in history] for role in ("reasoner", "monitor", "controller")},
         "tokens": trace["tokens"],
+        **({"policy_update": updates} if (updates := _policy_updates(history)) else {}),
     }
+
+
+def _policy_updates(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per role, the memory's prompt-update outcome at the first iteration (``used``, ``ok``, attempt reasons)."""
+    out = {}
+    for role in ("reasoner", "monitor", "controller"):
+        update = history[0][role].get("policy_update") if history else None
+        if update:
+            out[role] = {
+                "used": bool(update.get("used")),
+                "ok": bool(update.get("ok")),
+                "attempts": [a.get("reason") for a in update.get("attempts", [])],
+            }
+    return out
+
+
+class AskingRole:
+    """A simulated role that asks its memory for guidance the way an LLM role would, then answers as before.
+
+    Simulated roles cannot read guidance, so their outputs do not change; asking still runs the memory's
+    guidance path (retrieval, prompt composition, served ids, policy-update records in the trace), which is what
+    the simulated world exercises.
+    """
+
+    def __init__(self, inner: Any, role: str, memory: Any, method: str) -> None:
+        self.inner, self.role, self.memory, self.method = inner, role, memory, method
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _ask(self, requests: list[Any]) -> None:
+        for r in requests:
+            ask(self.memory, r.example, self.role, step=r.iteration - 1, method=self.method)
+
+    def propose(self, requests: list[Any]) -> Any:
+        self._ask(requests)
+        return self.inner.propose(requests)
+
+    def audit(self, requests: list[Any]) -> Any:
+        self._ask(requests)
+        return self.inner.audit(requests)
+
+    def decide(self, requests: list[Any]) -> Any:
+        self._ask(requests)
+        return self.inner.decide(requests)
+
+    def policy_update(self, example_id: str) -> dict[str, Any] | None:
+        lookup = getattr(self.memory, "policy_update", None)
+        return lookup(example_id, self.role) if lookup is not None else None
 
 
 class _MROBase(SingleAgentMethod):
@@ -106,18 +164,25 @@ class _MROBase(SingleAgentMethod):
         return getattr(self.context, "mro_simulation", None) or MROSimulationConfig(mro_sim_seed=self.context.seed)
 
     def _controller(self, sampling: Any) -> Any:
-        return LLMController(self.context.agent, sampling, memory=self.context.memory)
+        return LLMController(self.context.agent, sampling, memory=self.context.memory, method=self.name)
 
     def roles(self) -> MRORoles:
         """The three roles this method runs with."""
         if self.context.agent is None:
             sim = simulated_roles(self._sim_config())
             controller = self._controller(None) if self.controller_kind != "prompted" else sim.controller
-            return MRORoles(sim.reasoner, sim.monitor, controller)
+            memory = self.context.memory
+            if memory is None:
+                return MRORoles(sim.reasoner, sim.monitor, controller)
+            return MRORoles(
+                AskingRole(sim.reasoner, "reasoner", memory, self.name),
+                AskingRole(sim.monitor, "monitor", memory, self.name),
+                AskingRole(controller, "controller", memory, self.name) if controller is sim.controller else controller,
+            )
         sampling, memory, opts = self.context.agent_sampling, self.context.memory, self.options
         return MRORoles(
-            LLMReasoner(self.context.agent, opts.sampling(sampling, "reasoner"), memory=memory),
-            LLMMonitor(self.context.agent, opts.sampling(sampling, "monitor"), memory=memory),
+            LLMReasoner(self.context.agent, opts.sampling(sampling, "reasoner"), memory=memory, method=self.name),
+            LLMMonitor(self.context.agent, opts.sampling(sampling, "monitor"), memory=memory, method=self.name),
             self._controller(opts.sampling(sampling, "controller")),
         )
 
@@ -145,6 +210,7 @@ class _MROBase(SingleAgentMethod):
                 prompt_tokens=sum(t["prompt"] for t in tokens.values()),
                 completion_tokens=sum(t["completion"] for t in tokens.values()),
                 details={"mro": mro_details(trace)},
+                trace=trace,
             )
             outcomes.append(outcome)
         return outcomes
@@ -171,7 +237,12 @@ class MROTrainedController(_MROBase):
             )
 
     def _controller(self, sampling: Any) -> Any:
-        return ModeratorController(getattr(self.context, self.generator_role), self.context.moderator_sampling)
+        return ModeratorController(
+            getattr(self.context, self.generator_role),
+            self.context.moderator_sampling,
+            memory=self.context.memory,
+            method=self.name,
+        )
 
 
 class MROPromptedModerator(MROTrainedController):
@@ -188,7 +259,7 @@ class ReasonerOnly(_MROBase):
     name, label = "reasoner_only", "Reasoner only"
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:
-        roles = self.roles()
+        roles = self.roles()  # simulated roles ignore memories; LLM roles ask theirs
         generations = roles.reasoner.propose([ReasonerRequest(ex, 1) for ex in examples]) if examples else []
         outcomes = []
         for g in generations:
@@ -205,7 +276,31 @@ class ReasonerOnly(_MROBase):
         return outcomes
 
 
+class MC2(MRO):
+    """MC²: the MRO loop with its own MetaCognitive Accumulator (``memory: mca``, every role stream, consolidation)."""
+
+    name, label = "mc2", "MC² (MRO + MCA)"
+    memory_name: ClassVar[str | None] = "mca"
+
+
+class MROMicro(MRO):
+    """R+M+C + Micro-update: the MCA without windowed consolidation (retrieved micro-lessons only)."""
+
+    name, label = "mro_micro", "R+M+C + Micro-update"
+    memory_name: ClassVar[str | None] = "mca"
+    memory_defaults: ClassVar[dict[str, Any]] = {"consolidate": False}
+
+
+class ReasonerUpdates(ReasonerOnly):
+    """Reasoner + Updates: the Reasoner alone, its prompt updated by the MCA's Reasoner stream (no Monitor/Controller)."""
+
+    name, label = "reasoner_updates", "Reasoner + Updates"
+    memory_name: ClassVar[str | None] = "mca"
+    memory_defaults: ClassVar[dict[str, Any]] = {"roles": ["reasoner"]}
+
+
 #: MRO methods, merged into :data:`metamod.evaluate.decision.DECISION_LAYERS`
 MRO_METHODS: dict[str, type[SingleAgentMethod]] = {
-    cls.name: cls for cls in (ReasonerOnly, MRO, MROTrainedController, MROPromptedModerator)
+    cls.name: cls
+    for cls in (ReasonerOnly, MRO, MROTrainedController, MROPromptedModerator, MC2, MROMicro, ReasonerUpdates)
 }

@@ -93,7 +93,33 @@ def markdown_tables(
                 f"{r['tokens_per_question']:.0f} | {valid} |"
             )
     lines += _mro_table(results, labels, methods, tag)
+    lines += _batch_table(results, labels, methods, tag)
     return "\n".join(lines) + "\n"
+
+
+def _batch_table(
+    results: Mapping[str, Mapping[str, Mapping[str, Any]]], labels: Mapping[str, str], methods: list[str], tag: str
+) -> list[str]:
+    """Accuracy per memory batch (the "improves with experience" curve as numbers), when the run had a memory."""
+    rows = []
+    for m in methods:
+        for task, by_method in results.items():
+            r = by_method.get(m)
+            if r is None or not r.get("accuracy_by_batch"):
+                continue
+            curve = " · ".join("-" if a is None else _pct(a) for a in r["accuracy_by_batch"])
+            items = f"{r['memory_items_per_question']:.1f}" if "memory_items_per_question" in r else "-"
+            rows.append(f"| {labels.get(m, m)} | {task} | {curve} | {items} |")
+    if not rows:
+        return []
+    return [
+        "",
+        f"## Accuracy (%) per memory batch{tag}",
+        "",
+        "| Method | Task | batch 1 · 2 · ... (pooled over seeds) | memory items per question |",
+        "|---|---|---|---|",
+        *rows,
+    ]
 
 
 def _shares(shares: list[dict[str, float | None]]) -> str:
@@ -118,7 +144,9 @@ def _mro_table(
                 continue
             control = _pct(r["control_accuracy"]) if r.get("control_accuracy") is not None else "-"
             spread = (
-                f"{_pct(r['accuracy_seed_mean'])} ± {_pct(r['accuracy_seed_std'])}" if "accuracy_seed_mean" in r else "-"
+                f"{_pct(r['accuracy_seed_mean'])} ± {_pct(r['accuracy_seed_std'])}"
+                if "accuracy_seed_mean" in r
+                else "-"
             )
             statuses = ", ".join(f"{k} {v}" for k, v in sorted(r.get("status_counts", {}).items()))
             fallbacks = sum(r.get("parse_fallbacks", {}).values())
@@ -146,7 +174,8 @@ def write_plots(
     *,
     simulated: bool,
 ) -> list[Path]:
-    """Accuracy per method, mean rounds per debate method (cf. the paper's figure 3) and accuracy vs tokens.
+    """Accuracy per method, mean rounds per debate method (cf. the paper's figure 3), accuracy per memory batch
+    (with a memory) and accuracy vs tokens.
 
     Returns:
         The written PNG paths.
@@ -194,6 +223,21 @@ def write_plots(
     debate = [m for m in methods if any("mean_rounds" in results[t].get(m, {}) for t in tasks)]
     if debate:
         grouped_bars("mean_rounds", debate, "mean rounds", "Debate rounds used per method", "rounds.png", False)
+    curves = [(t, m) for t in tasks for m in methods if results[t].get(m, {}).get("accuracy_by_batch")]
+    if curves:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for task, m in curves:
+            ys = [float("nan") if a is None else a for a in results[task][m]["accuracy_by_batch"]]
+            ax.plot(range(1, len(ys) + 1), ys, marker="o", label=f"{labels.get(m, m)} ({task})")
+        ax.set_xlabel("memory batch")
+        ax.set_ylabel("accuracy (pooled over seeds)")
+        ax.set_title("Accuracy per memory batch" + suffix)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = output_dir / "accuracy_by_batch.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
     fig, ax = plt.subplots(figsize=(6, 4))
     for task in tasks:
         for m in methods:

@@ -9,8 +9,8 @@
 =====================  =================================================================================
 
 With an LLM (``LayerContext.agent``) each step of each method is ONE batched ``generator.chat`` call over all
-questions. Memory guidance (``memory.guidance(example, "single")``), when non-empty, is prepended through the
-``memory_guidance`` template.
+questions. Memory guidance (role ``single``, :func:`metamod.memory.base.ask`), when non-empty, is prepended through
+the ``memory_guidance`` template.
 
 In the simulated world (``LayerContext.simulated_agent``, a simulated debater group) there are no prompts to vary,
 so each baseline is defined by which simulated turn it replays:
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from metamod.llm.base import Conversation, Generation
+from metamod.memory.base import ask, with_guidance
 from metamod.prompts import render
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer
@@ -54,6 +55,8 @@ class SingleOutcome:
         completion_tokens: completion tokens spent on this question.
         details: method-specific, JSON-ready extras written to the samples row as ``details`` (e.g. the MRO
             iterations and actions, the strategy a meta-reasoner picked, a search tree's scores).
+        trace: the method's full trace when it has one (an MRO trace); shown to the method's memory, never written
+            to the samples row.
     """
 
     answer: str | None
@@ -62,6 +65,7 @@ class SingleOutcome:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+    trace: dict[str, Any] | None = field(default=None, repr=False)
 
     def add(self, generation: Generation) -> str | None:
         answer = extract_answer(generation.text)
@@ -79,6 +83,9 @@ class SingleAgentMethod:
     label: ClassVar[str] = ""
     family: ClassVar[str] = "single"
     needs: ClassVar[tuple[str, ...]] = ()
+    #: a memory this method brings itself (a :data:`metamod.memory.MEMORIES` name) and its option defaults
+    memory_name: ClassVar[str | None] = None
+    memory_defaults: ClassVar[dict[str, Any]] = {}
     moderated: ClassVar[bool] = False
     template: ClassVar[str] = "single_cot"
 
@@ -92,11 +99,7 @@ class SingleAgentMethod:
     # ---- LLM helpers
     def _prompt(self, example: Example, template: str) -> str:
         text = render(template, question=example.prompt_text())
-        memory = self.context.memory
-        guidance = str(memory.guidance(example, "single") or "").strip() if memory is not None else ""
-        if guidance:
-            text = render("memory_guidance", guidance=guidance) + "\n\n" + text
-        return text
+        return with_guidance(text, ask(self.context.memory, example, "single", method=self.name))
 
     def _chat(self, conversations: list[Conversation], *, n: int = 1) -> list[Generation]:
         sampling = dataclasses.replace(self.context.agent_sampling, n=n, seed=self.context.seed)
@@ -108,6 +111,8 @@ class SingleAgentMethod:
     # ---- simulated helpers
     def _sim(self, requests: list[Any], group: Any = None) -> list[Generation]:
         group = self.context.simulated_agent if group is None else group
+        for request in requests:  # the simulated agent cannot read guidance, but asks like an LLM one would (so
+            ask(self.context.memory, request.example, "single", method=self.name)  # served ids are logged)
         return list(group.respond(requests)) if requests else []
 
     @staticmethod
@@ -142,6 +147,13 @@ class SingleNaive(SingleAgentMethod):
 
 class SingleCoT(SingleAgentMethod):
     name, label, template = "single_cot", "Single (CoT)", "single_cot"
+
+
+class BufferOfThoughtCoT(SingleCoT):
+    """Buffer-of-Thought: CoT with its own ``memory: bot`` (distilled problem + retrieved thought template)."""
+
+    name, label = "bot", "Buffer-of-Thought"
+    memory_name = "bot"
 
 
 class SingleReflection(SingleAgentMethod):
@@ -212,5 +224,5 @@ class SingleCoTSC(SingleAgentMethod):
 
 #: single-agent baselines, merged into :data:`metamod.evaluate.decision.DECISION_LAYERS`
 SINGLE_AGENT_METHODS: dict[str, type[SingleAgentMethod]] = {
-    cls.name: cls for cls in (SingleNaive, SingleCoT, SingleReflection, SingleCoTSC)
+    cls.name: cls for cls in (SingleNaive, SingleCoT, SingleReflection, SingleCoTSC, BufferOfThoughtCoT)
 }

@@ -183,7 +183,7 @@ def tiny_corpus(*, seed: int = 0, num_problems: int = 300, extra_texts: Sequence
         docs.append("CONTINUE")
         docs.append(f"STOP <answer>{answer}</answer>")
         docs.append(f"STOP\n<answer>{wrong}</answer>")
-        if i % 10 == 0:  # templates are long; a few renderings are enough for their words to get merges
+        if i % 20 == 0:  # templates are long; a few renderings are enough for their words to get merges
             docs.extend(_render_all_templates(rng, question, responses))
     docs.extend(f"Agent {k}:" for k in range(1, 9))
     docs.extend(str(t) for t in extra_texts)

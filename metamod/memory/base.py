@@ -1,46 +1,59 @@
-"""The memory protocol: guidance before a question is solved, observation after, consolidation per batch.
+"""The memory protocol (version 2): guidance before a question is solved, observation after, consolidation per batch.
 
 The evaluation harness drives every memory the same way::
 
     for batch in batches(examples, memory_batch_size):
+        memory.begin_batch(batch)                              # optional batched preparation (no gold)
         for example in batch:
-            text = memory.guidance(example, "debater")   # "" when there is nothing useful
-            ... solve: a non-empty ``text`` is wrapped in the ``memory_guidance`` template
-                (:func:`render_guidance`) and prepended to the solver's prompt ...
-            memory.observe(example, trace, {"correct": ok, "final_answer": answer, "method": method})
-        memory.end_batch()                                # consolidate; only now can guidance change
-        memory.save(path)                                 # resume point
+            g = memory.guidance(GuidanceRequest(example, "reasoner", agent=None, step=0, method="mc2"))
+            ... solve: a non-empty ``g.text`` is wrapped in the ``memory_guidance`` template
+                (:func:`render_guidance`) and prepended to the caller's prompt; ``g.item_ids`` are logged ...
+            memory.observe(Observation(example, trace, outcome, decisions, served=memory.served_ids(example.id)))
+        memory.end_batch()                                     # consolidate; only now can guidance change
+        memory.save(folder)                                    # resume point
+
+Every caller that builds a prompt asks: debaters (role ``debater``, with agent and round), single-agent methods
+(``single``), the MRO roles (``reasoner``/``monitor``/``controller``, with the iteration), the moderator, the judge.
 
 Rules every memory follows:
 
-- **No gold before answering.** ``guidance(example, role)`` may read the question (``example.prompt_text()``),
-  ``example.id``, ``example.kind`` and ``example.choices`` only, never ``example.gold`` or anything derived from
-  it; the same question with a different gold gets the same guidance. Gold-derived signals (``outcome["correct"]``,
-  the trace's per-round ``eta``) reach a memory only through ``observe``, after the question is finished.
-- **Deterministic.** The same sequence of calls gives the same guidance and the same saved state.
-- **Batch-synchronous.** Observations change guidance only after ``end_batch()``: inside a batch, guidance does
-  not depend on which questions of the same batch were already finished, nor in which order (so batched or
-  sharded evaluation gives the same results as a sequential loop).
-- **Body only.** ``guidance`` returns the guidance body (e.g. one ``- name: instruction`` line per behaviour);
-  the caller wraps it once in the ``memory_guidance`` template, so every memory is framed the same way.
-- **Saved as JSON** with an atomic write (:func:`atomic_write_json`), so an interrupted run never leaves a torn file.
+- **No gold before answering.** ``guidance`` and ``begin_batch`` may read the question (``example.prompt_text()``),
+  ``example.id``, ``example.kind`` and ``example.choices`` only, never ``example.gold`` or anything derived from it;
+  the same question with a different gold gets the same guidance. Gold-derived signals (``outcome["correct"]``, the
+  trace's per-round ``eta``) reach a memory only through ``observe``, after the question is finished.
+- **Deterministic.** The same sequence of calls (and the same ``seed``) gives the same guidance and saved state.
+- **Batch-synchronous.** Observations change guidance only after ``end_batch()``: inside a batch, guidance does not
+  depend on which questions of the same batch were already finished, nor in which order (so batched or sharded
+  evaluation gives the same results as a sequential loop). :class:`BaseMemory` enforces it: it caches every answer
+  per request for the batch and queues observations until ``end_batch``.
+- **Body only.** ``guidance`` returns the body (e.g. one ``- name: instruction`` line per item); the caller wraps it
+  once in the ``memory_guidance`` template, so every memory is framed the same way.
+- **Saved as a folder**: ``manifest.json`` (format, version, memory name, config, JSON state, array file name) plus
+  an optional ``arrays-<n>.npz`` for numeric state. The manifest is replaced atomically and names its array file,
+  so an interrupted save leaves the previous state readable.
 
 >>> from metamod.tasks.base import Example
 >>> mem = NoMemory()
->>> mem.guidance(Example(id="q", question="1+1?", gold="2", kind="math"), "debater")
-''
+>>> g = mem.guidance(GuidanceRequest(Example(id="q", question="1+1?", gold="2", kind="math"), "single"))
+>>> g.text, g.item_ids
+('', ())
 >>> isinstance(mem, Memory)
 True
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
 
 from metamod.errors import load_json
 from metamod.files import atomic_write_json
@@ -57,49 +70,105 @@ ROLES: tuple[str, ...] = ("debater", "single", "moderator", "judge", "reasoner",
 #: Keys every ``outcome`` passed to ``observe`` must carry.
 OUTCOME_KEYS: tuple[str, ...] = ("correct", "final_answer", "method")
 
-#: Marker and version written into every saved memory file.
+#: Marker and version written into every saved memory manifest.
 FILE_FORMAT = "metamod-memory"
-FILE_VERSION = 1
+FILE_VERSION = 2
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class GuidanceRequest:
+    """Who is about to build a prompt, for which question.
+
+    Attributes:
+        example: the question (a memory reads its text, id, kind and choices, never its gold).
+        role: one of :data:`ROLES`.
+        agent: the debater's index (``None`` for roles that are not one of several agents).
+        step: the 0-based debate round or MRO iteration (``None`` when the caller has no steps).
+        method: the evaluation method asking (``None``: shared by every method, e.g. debates replayed by several).
+    """
+
+    example: Example
+    role: str
+    agent: int | None = None
+    step: int | None = None
+    method: str | None = None
+
+    def key(self) -> tuple[str, str, int | None, int | None, str | None]:
+        return (self.example.id, self.role, self.agent, self.step, self.method)
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """A memory's answer: the guidance body ("" for none) and the ids of the items it used (logged per sample)."""
+
+    text: str = ""
+    item_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A finished question as a memory sees it after answering.
+
+    Attributes:
+        example: the question (its gold may be read now, but memories use ``outcome["correct"]``).
+        trace: the debate trace, MRO trace, or the single-agent record (``{"id", "rounds": [], "single": {...}}``).
+        outcome: at least ``correct`` (bool), ``final_answer`` (str or None) and ``method``.
+        decisions: the method's decisions in order (e.g. the moderator's per-round outputs, the Controller's
+            actions); empty when the method makes none.
+        served: the ids of the memory items this question's prompts were built with.
+    """
+
+    example: Example
+    trace: Mapping[str, Any]
+    outcome: Mapping[str, Any]
+    decisions: Sequence[Mapping[str, Any]] = ()
+    served: Sequence[str] = ()
 
 
 @runtime_checkable
 class Memory(Protocol):
-    """What the evaluation harness and the debaters call. See the module docstring for the rules.
+    """What the evaluation harness and the prompt builders call. See the module docstring for the rules.
 
     Attributes:
-        name: the memory's registry name (written into saved files).
+        name: the memory's registry name (written into saved manifests).
     """
 
     name: str
 
-    def guidance(self, example: Example, role: str) -> str:
-        """Guidance body for a solver in ``role`` before it answers ``example`` ("" for none). Never reads the gold.
-
-        The caller wraps a non-empty body with :func:`render_guidance` (the ``memory_guidance`` template).
-        """
+    def begin_batch(self, examples: Sequence[Example]) -> None:
+        """Prepare the guidance of a batch in batched calls (never reads a gold)."""
         ...
 
-    def observe(self, example: Example, trace: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
-        """Record a finished question: its debate trace (or single-agent record) and outcome."""
+    def guidance(self, request: GuidanceRequest) -> Guidance:
+        """Guidance for one prompt; the same request in a batch always gets the same answer."""
+        ...
+
+    def served_ids(self, example_id: str, method: str | None = None) -> list[str]:
+        """Ids of the items served for ``example_id`` in this batch (to ``method`` or to every method)."""
+        ...
+
+    def observe(self, observation: Observation) -> None:
+        """Record a finished question; it reaches guidance only after :meth:`end_batch`."""
         ...
 
     def end_batch(self) -> None:
         """Consolidate what was observed since the last call; guidance may change only here."""
         ...
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the full state (committed and pending) as JSON, atomically. Returns the path."""
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write the full state (committed and pending) into ``folder``. Returns the folder."""
         ...
 
-    def load(self, path: str | os.PathLike) -> None:
-        """Replace the state with the one saved at ``path``."""
+    def load(self, folder: str | os.PathLike) -> None:
+        """Replace the state with the one saved in ``folder``."""
         ...
 
 
 def render_guidance(guidance: str) -> str:
     """Wrap a memory's guidance body in the ``memory_guidance`` template ("" stays "").
 
-    Callers prepend the result (plus a blank line) to the solver's prompt.
+    Callers prepend the result (plus a blank line) to the prompt.
 
     >>> render_guidance("")
     ''
@@ -109,6 +178,36 @@ def render_guidance(guidance: str) -> str:
     """
     body = (guidance or "").strip()
     return render("memory_guidance", guidance=body) if body else ""
+
+
+def ask(
+    memory: Any,
+    example: Example,
+    role: str,
+    *,
+    agent: int | None = None,
+    step: int | None = None,
+    method: str | None = None,
+) -> str:
+    """The rendered guidance block for one prompt ("" without a memory or guidance): what prompt builders call.
+
+    >>> from metamod.tasks.base import Example
+    >>> ask(None, Example(id="q", question="?", gold="1", kind="math"), "judge")
+    ''
+    """
+    if memory is None:
+        return ""
+    answer = memory.guidance(GuidanceRequest(example, role, agent=agent, step=step, method=method))
+    return render_guidance(answer.text)
+
+
+def with_guidance(text: str, block: str) -> str:
+    """``block`` (a rendered guidance block) and a blank line before ``text``; ``text`` alone when ``block`` is "".
+
+    >>> with_guidance("Solve 2+2.", "")
+    'Solve 2+2.'
+    """
+    return f"{block}\n\n{text}" if block else text
 
 
 def check_role(role: str) -> str:
@@ -147,26 +246,114 @@ def check_outcome(example: Example, outcome: Mapping[str, Any]) -> None:
         )
 
 
-class BaseMemory(ABC):
-    """Shared plumbing: JSON save/load around ``state_dict`` / ``load_state_dict``, which subclasses implement.
+def check_observation(observation: Observation) -> None:
+    """Fail clearly on a malformed observation (bad outcome, trace not a dict, served not a list of str)."""
+    if not isinstance(observation, Observation):
+        raise TypeError(f"observe() takes an Observation, got {type(observation).__name__}")
+    example = observation.example
+    check_outcome(example, observation.outcome)
+    if not isinstance(observation.trace, Mapping):
+        raise TypeError(
+            f"observe(): trace for example {example.id!r} must be a dict, got {type(observation.trace).__name__}"
+        )
+    if isinstance(observation.served, str) or not all(isinstance(s, str) for s in observation.served):
+        raise TypeError(f"observe(): served for example {example.id!r} must be a list of item id strings")
 
-    A saved file looks like ``{"format": "metamod-memory", "version": 1, "memory": <name>, "config": {...},
-    "state": {...}}``. ``config`` records the settings the memory was built with (informational: a reload keeps
-    the current settings and logs the keys that differ).
+
+@dataclass
+class MemoryOptions:
+    """Base of every memory's options dataclass (``memory_options`` in a config is checked against its fields)."""
+
+
+class BaseMemory(ABC):
+    """Shared plumbing: the per-batch served cache, the pending-observation queue, folder save/load.
+
+    Subclasses implement :meth:`compute_guidance` (called at most once per distinct request per batch),
+    :meth:`consolidate` (called by ``end_batch`` with the queued observations in a canonical order),
+    :meth:`state_dict` / :meth:`load_state_dict` (JSON state) and, for numeric state, :meth:`array_state` /
+    :meth:`load_array_state`. Optionally :meth:`prepare` (batched work at ``begin_batch``) and :meth:`record` (what
+    of an observation to queue; the default keeps a JSON-safe copy without the example's gold).
+
+    Class attributes:
+        name: the registry name.
+        options_class: the options dataclass (``memory_options`` is validated against its fields).
+        uses_llm: whether the memory may call the memory LLM (the harness loads one only when True).
     """
 
     name: str = "base"
+    options_class: ClassVar[type] = MemoryOptions
+    uses_llm: ClassVar[bool] = False
 
-    @abstractmethod
-    def guidance(self, example: Example, role: str) -> str:
-        raise NotImplementedError
+    def __init__(self) -> None:
+        self.batch_index = 0
+        self.pending: list[dict[str, Any]] = []
+        self._served: dict[tuple, Guidance] = {}
+        self._prepared: set[str] = set()
 
-    @abstractmethod
-    def observe(self, example: Example, trace: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+    # ------------------------------------------------------------------ protocol
+    def begin_batch(self, examples: Sequence[Example]) -> None:
+        fresh = [ex for ex in examples if ex.id not in self._prepared]
+        if fresh:
+            self.prepare(fresh)
+            self._prepared.update(ex.id for ex in fresh)
 
-    @abstractmethod
+    def guidance(self, request: GuidanceRequest) -> Guidance:
+        check_role(request.role)
+        key = request.key()
+        if key not in self._served:
+            if request.example.id not in self._prepared:
+                self.begin_batch([request.example])
+            answer = self.compute_guidance(request)
+            if not isinstance(answer, Guidance):
+                raise TypeError(f"{self.name}.compute_guidance must return a Guidance, got {type(answer).__name__}")
+            self._served[key] = answer
+        return self._served[key]
+
+    def served_ids(self, example_id: str, method: str | None = None) -> list[str]:
+        ids: list[str] = []
+        for (ex_id, _role, _agent, _step, m), answer in self._served.items():
+            if ex_id == example_id and (m is None or method is None or m == method):
+                ids.extend(i for i in answer.item_ids if i not in ids)
+        return ids
+
+    def observe(self, observation: Observation) -> None:
+        check_observation(observation)
+        self.pending.append(self.record(observation))
+
     def end_batch(self) -> None:
+        records = sorted(self.pending, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+        self.consolidate(records)
+        self.pending = []
+        self._served = {}
+        self._prepared = set()
+        self.batch_index += 1
+
+    # ------------------------------------------------------------------ hooks
+    def prepare(self, examples: Sequence[Example]) -> None:
+        """Batched preparation of guidance for ``examples`` (default: nothing). Never reads a gold."""
+        return None
+
+    @abstractmethod
+    def compute_guidance(self, request: GuidanceRequest) -> Guidance:
+        """The guidance for one request from the committed state (cached by :meth:`guidance`)."""
+        raise NotImplementedError
+
+    def record(self, observation: Observation) -> dict[str, Any]:
+        """The JSON-safe record of an observation that is queued until ``end_batch`` (no gold text)."""
+        ex = observation.example
+        return {
+            "id": ex.id,
+            "question": ex.prompt_text(),
+            "kind": ex.kind,
+            "trace": _json_safe({k: v for k, v in observation.trace.items() if k != "gold"}),
+            "outcome": _json_safe(observation.outcome),
+            "decisions": _json_safe(list(observation.decisions)),
+            "served": list(observation.served),
+        }
+
+    @abstractmethod
+    def consolidate(self, records: list[dict[str, Any]]) -> None:
+        """Fold the batch's queued records into the committed state (records sorted canonically)."""
         raise NotImplementedError
 
     def config_dict(self) -> dict[str, Any]:
@@ -175,7 +362,7 @@ class BaseMemory(ABC):
 
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly where this memory is (JSON-serialisable)."""
+        """The JSON part of the committed state (the base adds batch index, queue and served cache)."""
         raise NotImplementedError
 
     @abstractmethod
@@ -183,29 +370,62 @@ class BaseMemory(ABC):
         """Restore a state produced by :meth:`state_dict`."""
         raise NotImplementedError
 
-    def save(self, path: str | os.PathLike) -> Path:
-        payload = {
+    def array_state(self) -> dict[str, np.ndarray]:
+        """Numeric state saved next to the manifest (default: none)."""
+        return {}
+
+    def load_array_state(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Restore what :meth:`array_state` returned."""
+        return None
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | os.PathLike) -> Path:
+        folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"memory state {folder} is a file; memory states are folders (protocol v{FILE_VERSION})")
+        folder.mkdir(parents=True, exist_ok=True)
+        arrays = self.array_state()
+        array_file = None
+        if arrays:
+            array_file = f"arrays-{self.batch_index}-{uuid.uuid4().hex[:8]}.npz"
+            tmp = folder / f".{array_file}.tmp"
+            with open(tmp, "wb") as handle:
+                np.savez(handle, **{k: np.asarray(v) for k, v in arrays.items()})
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, folder / array_file)
+        manifest = {
             "format": FILE_FORMAT,
             "version": FILE_VERSION,
             "memory": self.name,
             "config": self.config_dict(),
+            "batch_index": self.batch_index,
+            "pending": self.pending,
+            "served": [[list(k), list(g.item_ids), g.text] for k, g in self._served.items()],
+            "prepared": sorted(self._prepared),
             "state": self.state_dict(),
+            "arrays": array_file,
         }
-        out = atomic_write_json(path, payload)
-        logger.debug("saved memory %s to %s", self.name, out)
-        return out
+        atomic_write_json(folder / MANIFEST, manifest)  # the commit point
+        for stale in folder.glob("arrays-*.npz"):
+            if stale.name != array_file:
+                stale.unlink(missing_ok=True)
+        logger.debug("saved memory %s to %s", self.name, folder)
+        return folder
 
-    def load(self, path: str | os.PathLike) -> None:
-        path = Path(path)
+    def load(self, folder: str | os.PathLike) -> None:
+        folder = Path(folder)
+        path = folder / MANIFEST
         if not path.is_file():
-            raise FileNotFoundError(f"Memory file not found: {path}")
-        payload = load_json(path, what="metamod memory file (a JSON object)")
-        if not isinstance(payload, dict) or payload.get("format") != FILE_FORMAT:
-            raise ValueError(f"{path} is not a metamod memory file (expected 'format': {FILE_FORMAT!r})")
-        if payload.get("version") != FILE_VERSION:
-            raise ValueError(
-                f"{path} has memory file version {payload.get('version')!r}; this metamod reads {FILE_VERSION}"
+            what = "a file, not a folder" if folder.is_file() else "missing"
+            raise FileNotFoundError(
+                f"memory state {folder} is {what}: expected a folder with {MANIFEST} (written by memory.save)"
             )
+        payload = load_json(path, what="metamod memory manifest (a JSON object)")
+        if not isinstance(payload, dict) or payload.get("format") != FILE_FORMAT:
+            raise ValueError(f"{path} is not a metamod memory manifest (expected 'format': {FILE_FORMAT!r})")
+        if payload.get("version") != FILE_VERSION:
+            raise ValueError(f"{path} has memory version {payload.get('version')!r}; this metamod reads {FILE_VERSION}")
         if payload.get("memory") != self.name:
             raise ValueError(
                 f"{path} holds a {payload.get('memory')!r} memory but this is {self.name!r}; "
@@ -221,7 +441,31 @@ class BaseMemory(ABC):
                 path,
                 changed,
             )
+        try:
+            self.batch_index = int(payload.get("batch_index", 0))
+            self.pending = [dict(r) for r in payload.get("pending", [])]
+            self._served = {
+                tuple(k): Guidance(text=str(text), item_ids=tuple(str(i) for i in ids))
+                for k, ids, text in payload.get("served", [])
+            }
+            self._prepared = {str(i) for i in payload.get("prepared", [])}
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}: memory state is malformed: {err}") from err
         self.load_state_dict(payload.get("state") or {})
+        array_file = payload.get("arrays")
+        if array_file:
+            array_path = folder / str(array_file)
+            if not array_path.is_file():
+                raise FileNotFoundError(f"{path} names array file {array_file!r}, which is missing from {folder}")
+            with np.load(array_path, allow_pickle=False) as data:
+                self.load_array_state({k: data[k] for k in data.files})
+        else:
+            self.load_array_state({})
+
+
+def _json_safe(value: Any) -> Any:
+    """A JSON round trip (tuples become lists, unknown objects their ``str``) so queued records save as they are."""
+    return json.loads(json.dumps(value, default=str))
 
 
 class NoMemory(BaseMemory):
@@ -230,21 +474,20 @@ class NoMemory(BaseMemory):
     >>> from metamod.tasks.base import Example
     >>> mem = NoMemory()
     >>> ex = Example(id="q", question="2+2?", gold="4", kind="math")
-    >>> mem.observe(ex, {}, {"correct": True, "final_answer": "4", "method": "cot"}); mem.end_batch()
-    >>> mem.guidance(ex, "single")
+    >>> mem.observe(Observation(ex, {}, {"correct": True, "final_answer": "4", "method": "cot"})); mem.end_batch()
+    >>> mem.guidance(GuidanceRequest(ex, "single")).text
     ''
     """
 
     name = "none"
 
-    def guidance(self, example: Example, role: str) -> str:
-        check_role(role)
-        return ""
+    def compute_guidance(self, request: GuidanceRequest) -> Guidance:
+        return Guidance()
 
-    def observe(self, example: Example, trace: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
-        check_outcome(example, outcome)
+    def record(self, observation: Observation) -> dict[str, Any]:
+        return {"id": observation.example.id}
 
-    def end_batch(self) -> None:
+    def consolidate(self, records: list[dict[str, Any]]) -> None:
         return None
 
     def state_dict(self) -> dict[str, Any]:

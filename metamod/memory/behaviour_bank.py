@@ -9,29 +9,29 @@ threshold, restricted to the asking role), returned as ``- name: instruction`` l
 Life cycle:
 
 - ``observe`` only queues a gold-free record of the question (its text and :func:`~metamod.memory.distill.trace_facts`).
-- ``end_batch`` distils the queued records (one batched LLM call with ``distiller="llm"``), merges each behaviour
+- ``end_batch`` (``consolidate``) distils the queued records (one batched LLM call with ``distiller="llm"``), merges each behaviour
   into the bank (a near-duplicate of an existing behaviour for the same roles, by embedding similarity of the
   ``name: instruction`` text, adds support and a key instead of a new entry), then evicts down to ``max_entries``
   (``fifo``: oldest entry first; ``usage``: fewest retrievals first, then least support, then oldest).
-- Queued records are processed sorted by (example id, method, facts), so the bank after a batch does not depend
+- Queued records are processed in a canonical order (:class:`~metamod.memory.base.BaseMemory`), so the bank after a batch does not depend
   on the order in which the batch's questions finished. Together with guidance reading only committed entries,
   this makes a batch's results independent of ordering, batching and sharding inside it.
 
+>>> from metamod.memory.base import GuidanceRequest, Observation
 >>> from metamod.tasks.base import Example
 >>> bank = BehaviourBank(embedder_options={"n_features": 256})
 >>> q = Example(id="a", question="Sam has 3 boxes of 12 pens. How many pens?", gold="36", kind="math")
->>> bank.observe(q, {"answer": None}, {"correct": False, "final_answer": None, "method": "cot"})
->>> bank.guidance(q, "single")  # nothing committed yet
+>>> bank.observe(Observation(q, {"answer": None}, {"correct": False, "final_answer": None, "method": "cot"}))
+>>> bank.guidance(GuidanceRequest(q, "single")).text  # nothing committed yet
 ''
 >>> bank.end_batch()
 >>> new = Example(id="b", question="Sam has 4 boxes of 12 pens. How many pens?", gold="48", kind="math")
->>> print(bank.guidance(new, "single").splitlines()[0])
+>>> print(bank.guidance(GuidanceRequest(new, "single")).text.splitlines()[0])
 - answer-format: End every response with exactly one final answer inside <answer></answer> tags; an answer that cannot be parsed counts as wrong.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -39,10 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from metamod.memory.base import BaseMemory, check_outcome, check_role
+from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
 from metamod.memory.distill import LLMDistiller, RuleDistiller, trace_facts
-from metamod.memory.embed import Embedder, build_embedder, top_k_scores
-from metamod.tasks.base import Example
+from metamod.memory.embed import Embedder, check_embedder, embedder_from, top_k_scores
 
 logger = logging.getLogger(__name__)
 
@@ -86,139 +85,143 @@ class BehaviourEntry:
         return not self.roles or role in self.roles
 
 
+@dataclass
+class BehaviourBankOptions(MemoryOptions):
+    """Options of ``memory: behaviour_bank`` (``memory_options`` in a config)."""
+
+    top_k: int = field(default=3, metadata={"help": "The most behaviours shown per guidance request."})
+    min_similarity: float = field(
+        default=0.2,
+        metadata={
+            "help": "A behaviour is shown only when its best key's cosine similarity to the question is at least "
+            "this value (in [-1, 1])."
+        },
+    )
+    max_entries: int = field(default=256, metadata={"help": "Bank size cap, enforced at end_batch."})
+    eviction: str = field(
+        default="fifo",
+        metadata={
+            "help": f"Which entries go when the bank is full, one of {EVICTION_POLICIES} (usage: least retrieved)."
+        },
+    )
+    dedup_threshold: float = field(
+        default=0.9,
+        metadata={
+            "help": "Cosine similarity in (0, 1] at or above which a new behaviour is merged into an existing one "
+            "for the same roles (1 merges only identical texts)."
+        },
+    )
+    max_keys_per_entry: int = field(default=8, metadata={"help": "The most question keys an entry keeps."})
+    max_behaviours_per_question: int = field(
+        default=4, metadata={"help": "The most behaviours distilled from one finished question."}
+    )
+    distiller: str = field(
+        default="rule",
+        metadata={
+            "help": f"How behaviours are distilled, one of {DISTILLERS} (rule: deterministic, offline; llm: the "
+            "memory LLM writes them with the memory_distill_behaviour prompt)."
+        },
+    )
+    distill_max_tokens: int = field(default=256, metadata={"help": "LLM distiller budget per question."})
+    embedder: str = field(default="hashing", metadata={"help": "Text embedder for retrieval (see memory/embed.py)."})
+    embedder_model: str | None = field(
+        default=None, metadata={"help": "Local model folder for embedder: sentence-transformers (never downloaded)."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if not -1.0 <= self.min_similarity <= 1.0:
+            raise ValueError(f"min_similarity must be a cosine similarity in [-1, 1], got {self.min_similarity}")
+        if self.max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {self.max_entries}")
+        if self.eviction not in EVICTION_POLICIES:
+            raise ValueError(f"eviction must be one of {EVICTION_POLICIES}, got {self.eviction!r}")
+        if not 0.0 < self.dedup_threshold <= 1.0:
+            raise ValueError(
+                f"dedup_threshold must be in (0, 1] (1 merges only identical texts), got {self.dedup_threshold}"
+            )
+        if self.max_keys_per_entry < 1:
+            raise ValueError(f"max_keys_per_entry must be >= 1, got {self.max_keys_per_entry}")
+        if self.max_behaviours_per_question < 1:
+            raise ValueError(f"max_behaviours_per_question must be >= 1, got {self.max_behaviours_per_question}")
+        if self.distiller not in DISTILLERS:
+            raise ValueError(f"distiller must be one of {DISTILLERS}, got {self.distiller!r}")
+        check_embedder(self.embedder, self.embedder_model)
+
+
 class BehaviourBank(BaseMemory):
     """Flat behaviour memory with embedding retrieval; see the module docstring.
 
     Args:
-        top_k: the most behaviours shown per guidance request.
-        min_similarity: a behaviour is shown only when its best key's cosine similarity to the question is at
-            least this value.
-        max_entries: bank size cap, enforced at ``end_batch``.
-        eviction: ``"fifo"`` or ``"usage"`` (which entries go first when the bank is over ``max_entries``).
-        dedup_threshold: a new behaviour whose text has at least this cosine similarity with an existing one for
-            the same roles is merged into it.
-        max_keys_per_entry: the most question keys an entry keeps (the oldest is dropped first).
-        max_behaviours_per_question: the most behaviours distilled from one finished question.
-        distiller: ``"rule"`` (deterministic, offline) or ``"llm"`` (needs ``generator``).
-        generator: a :class:`metamod.llm.base.Generator` for the LLM distiller.
-        distill_max_tokens: generation budget per question for the LLM distiller.
-        embedder: an embedder registry name (see :data:`metamod.memory.embed.EMBEDDERS`) or an Embedder instance.
-        embedder_options: constructor options for a named embedder.
+        options: :class:`BehaviourBankOptions` (or pass its fields as keywords).
+        llm: the memory LLM for ``distiller="llm"``.
+        llm_sampling: unused (the LLM distiller decodes greedily with ``distill_max_tokens``).
+        seed: unused (the bank is deterministic).
+        embedder: an :class:`~metamod.memory.embed.Embedder` instance overriding ``options.embedder``.
     """
 
     name = "behaviour_bank"
+    options_class = BehaviourBankOptions
+    uses_llm = True
 
     def __init__(
         self,
-        top_k: int = 3,
-        min_similarity: float = 0.2,
-        max_entries: int = 256,
-        eviction: str = "fifo",
-        dedup_threshold: float = 0.9,
-        max_keys_per_entry: int = 8,
-        max_behaviours_per_question: int = 4,
-        distiller: str = "rule",
-        generator: Any = None,
-        distill_max_tokens: int = 256,
-        embedder: str | Embedder = "hashing",
+        options: BehaviourBankOptions | None = None,
+        *,
+        llm: Any = None,
+        llm_sampling: Any = None,
+        seed: int = 0,
+        embedder: Embedder | None = None,
         embedder_options: Mapping[str, Any] | None = None,
+        **fields: Any,
     ) -> None:
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
-        if not -1.0 <= min_similarity <= 1.0:
-            raise ValueError(f"min_similarity must be a cosine similarity in [-1, 1], got {min_similarity}")
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        if eviction not in EVICTION_POLICIES:
-            raise ValueError(f"eviction must be one of {EVICTION_POLICIES}, got {eviction!r}")
-        if not 0.0 < dedup_threshold <= 1.0:
-            raise ValueError(
-                f"dedup_threshold must be in (0, 1] (1 merges only identical texts), got {dedup_threshold}"
-            )
-        if max_keys_per_entry < 1:
-            raise ValueError(f"max_keys_per_entry must be >= 1, got {max_keys_per_entry}")
-        if distiller not in DISTILLERS:
-            raise ValueError(f"distiller must be one of {DISTILLERS}, got {distiller!r}")
-        self.top_k = top_k
-        self.min_similarity = min_similarity
-        self.max_entries = max_entries
-        self.eviction = eviction
-        self.dedup_threshold = dedup_threshold
-        self.max_keys_per_entry = max_keys_per_entry
-        self.max_behaviours_per_question = max_behaviours_per_question
-        self.distiller_name = distiller
-        if distiller == "llm":
-            self._distiller: Any = LLMDistiller(generator, max_behaviours_per_question, distill_max_tokens)
+        super().__init__()
+        if options is not None and fields:
+            raise ValueError("pass either options or option keywords, not both")
+        self.options = options if options is not None else BehaviourBankOptions(**fields)
+        opts = self.options
+        if opts.distiller == "llm":
+            self._distiller: Any = LLMDistiller(llm, opts.max_behaviours_per_question, opts.distill_max_tokens)
         else:
-            self._distiller = RuleDistiller(max_behaviours_per_question)
-        if isinstance(embedder, str):
-            self.embedder: Embedder = build_embedder(embedder, **dict(embedder_options or {}))
-        else:
-            if embedder_options:
-                raise ValueError("embedder_options only apply when embedder is a registry name, not an instance")
-            self.embedder = embedder
+            self._distiller = RuleDistiller(opts.max_behaviours_per_question)
+        self.embedder: Embedder = embedder if embedder is not None else embedder_from(opts, embedder_options)
         self.entries: list[BehaviourEntry] = []
-        self.pending: list[dict[str, Any]] = []
-        self.batch_index = 0
         self.next_uid = 0
-        self._served: dict[tuple[str, str], list[int]] = {}
+        self._counted: set[tuple[str, str]] = set()
         self._reindex()
 
     @classmethod
-    def from_config(cls, config: Any, *, generator: Any = None) -> BehaviourBank:
-        """Build from a :class:`metamod.memory.registry.MemoryConfig`."""
-        options: dict[str, Any] = {}
-        if config.memory_embedder == "sentence-transformers":
-            options["model_path"] = config.memory_embedder_model
-        return cls(
-            top_k=config.memory_top_k,
-            min_similarity=config.memory_min_similarity,
-            max_entries=config.memory_max_entries,
-            eviction=config.memory_eviction,
-            dedup_threshold=config.memory_dedup_threshold,
-            max_behaviours_per_question=config.memory_max_behaviours_per_question,
-            distiller=config.memory_distiller,
-            generator=generator,
-            embedder=config.memory_embedder,
-            embedder_options=options,
-        )
+    def wants_llm(cls, options: BehaviourBankOptions) -> bool:
+        return options.distiller == "llm"
 
     # ------------------------------------------------------------------ protocol
-    def guidance(self, example: Example, role: str) -> str:
-        """Top-k committed behaviours for ``role`` whose keys resemble the question; "" when none qualify.
+    def compute_guidance(self, request: GuidanceRequest) -> Guidance:
+        """Top-k committed behaviours for the role whose keys resemble the question (nothing when none qualify).
 
-        Reads only ``example.prompt_text()`` (never the gold). Repeated requests for the same question and role
-        within a batch return the same text and count once towards ``uses``.
+        Reads only ``example.prompt_text()`` (never the gold). A (question, role) pair counts once towards
+        ``uses`` per batch, whatever agents, rounds or methods ask.
         """
-        check_role(role)
-        query = example.prompt_text()
-        key = (query, role)
-        if key not in self._served:
-            self._served[key] = self._retrieve(query, role)
-            for uid in self._served[key]:
+        query = request.example.prompt_text()
+        uids = self._retrieve(query, request.role)
+        if (query, request.role) not in self._counted:
+            self._counted.add((query, request.role))
+            for uid in uids:
                 self._by_uid[uid].uses += 1
-        uids = self._served[key]
         if not uids:
-            return ""
-        return "\n".join(f"- {self._by_uid[uid].text}" for uid in uids)
+            return Guidance()
+        text = "\n".join(f"- {self._by_uid[uid].text}" for uid in uids)
+        return Guidance(text=text, item_ids=tuple(f"B{uid}" for uid in uids))
 
-    def observe(self, example: Example, trace: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
-        """Queue a gold-free record of the finished question; it joins the bank at the next ``end_batch``."""
-        check_outcome(example, outcome)
-        if not isinstance(trace, Mapping):
-            raise TypeError(f"observe(): trace for example {example.id!r} must be a dict, got {type(trace).__name__}")
-        facts = trace_facts(trace, outcome)
-        self.pending.append(
-            {"id": example.id, "method": str(outcome["method"]), "question": example.prompt_text(), "facts": facts}
-        )
+    def record(self, observation: Observation) -> dict[str, Any]:
+        """A gold-free record of the finished question: its text and :func:`~metamod.memory.distill.trace_facts`."""
+        ex, outcome = observation.example, observation.outcome
+        facts = trace_facts(observation.trace, outcome)
+        return {"id": ex.id, "method": str(outcome["method"]), "question": ex.prompt_text(), "facts": facts}
 
-    def end_batch(self) -> None:
-        """Distil and merge the queued records, enforce the size cap, and start a new batch."""
-        if self.pending:
-            records = sorted(
-                self.pending,
-                key=lambda r: (r["id"], r["method"], json.dumps(r["facts"], sort_keys=True), r["question"]),
-            )
+    def consolidate(self, records: list[dict[str, Any]]) -> None:
+        """Distil and merge the batch's records, then enforce the size cap."""
+        if records:
             behaviours = self._distiller.distil([r["facts"] for r in records], [r["question"] for r in records])
             source = self._distiller.name
             flat = [(rec["question"], b) for rec, bs in zip(records, behaviours, strict=True) for b in bs]
@@ -231,45 +234,33 @@ class BehaviourBank(BaseMemory):
                 len(records),
                 len(self.entries),
             )
-        self.pending = []
-        self.batch_index += 1
-        self._served = {}
+        self._counted = set()
         self._reindex()
 
     # ------------------------------------------------------------------ state
     def config_dict(self) -> dict[str, Any]:
-        return {
-            "top_k": self.top_k,
-            "min_similarity": self.min_similarity,
-            "max_entries": self.max_entries,
-            "eviction": self.eviction,
-            "dedup_threshold": self.dedup_threshold,
-            "max_keys_per_entry": self.max_keys_per_entry,
-            "max_behaviours_per_question": self.max_behaviours_per_question,
-            "distiller": self.distiller_name,
-            "embedder": self.embedder.spec(),
-        }
+        out = {k: v for k, v in asdict(self.options).items() if k not in ("embedder", "embedder_model")}
+        out["embedder"] = self.embedder.spec()
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "batch_index": self.batch_index,
             "next_uid": self.next_uid,
             "entries": [asdict(e) for e in self.entries],
-            "pending": list(self.pending),
-            "served": [[q, r, uids] for (q, r), uids in self._served.items()],
+            "counted": sorted([q, r] for q, r in self._counted),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         try:
             self.entries = [BehaviourEntry(**e) for e in state.get("entries", [])]
-            self.pending = [dict(r) for r in state.get("pending", [])]
-            self.batch_index = int(state.get("batch_index", 0))
             self.next_uid = int(state.get("next_uid", 0))
-            self._served = {(q, r): [int(u) for u in uids] for q, r, uids in state.get("served", [])}
+            self._counted = {(str(q), str(r)) for q, r in state.get("counted", [])}
         except (TypeError, ValueError) as err:
             raise ValueError(f"behaviour bank state is malformed: {err}") from err
         known = {e.uid for e in self.entries}
-        stale = sorted({u for uids in self._served.values() for u in uids} - known)
+        stale = sorted(
+            {int(i[1:]) for g in self._served.values() for i in g.item_ids if i[:1] == "B" and i[1:].isdigit()} - known
+        )
         if stale:
             raise ValueError(f"behaviour bank state is malformed: 'served' refers to unknown entry uid(s) {stale}")
         if self.entries and self.next_uid <= max(known):
@@ -296,7 +287,8 @@ class BehaviourBank(BaseMemory):
         np.maximum.at(best, self._key_owner, self._key_vecs @ q)
         allowed = np.array([e.applies_to(role) for e in self.entries])
         best[~allowed] = -np.inf
-        return [self.entries[i].uid for i, _ in top_k_scores(best, self.top_k, min_score=self.min_similarity)]
+        top = top_k_scores(best, self.options.top_k, min_score=self.options.min_similarity)
+        return [self.entries[i].uid for i, _ in top]
 
     def _merge(self, items: list[tuple[str, tuple[str, str, tuple[str, ...]]]], source: str) -> None:
         if not items:
@@ -312,7 +304,7 @@ class BehaviourBank(BaseMemory):
             if candidates:
                 sims = np.stack([rows[i] for i in candidates]) @ vec
                 j = int(np.argmax(np.round(sims, 6)))
-                if round(float(sims[j]), 6) >= self.dedup_threshold:
+                if round(float(sims[j]), 6) >= self.options.dedup_threshold:
                     match = self.entries[candidates[j]]
             if match is not None:
                 match.support += 1
@@ -320,7 +312,7 @@ class BehaviourBank(BaseMemory):
                 if question in match.keys:
                     match.keys.remove(question)
                 match.keys.append(question)
-                del match.keys[: max(0, len(match.keys) - self.max_keys_per_entry)]
+                del match.keys[: max(0, len(match.keys) - self.options.max_keys_per_entry)]
                 continue
             self.entries.append(
                 BehaviourEntry(
@@ -338,13 +330,13 @@ class BehaviourBank(BaseMemory):
             rows.append(vec)
 
     def _evict(self) -> None:
-        excess = len(self.entries) - self.max_entries
+        excess = len(self.entries) - self.options.max_entries
         if excess <= 0:
             return
-        if self.eviction == "fifo":
+        if self.options.eviction == "fifo":
             order = sorted(self.entries, key=lambda e: e.uid)
         else:
             order = sorted(self.entries, key=lambda e: (e.uses, e.support, e.uid))
         dropped = {e.uid for e in order[:excess]}
         self.entries = [e for e in self.entries if e.uid not in dropped]
-        logger.debug("behaviour bank evicted %d entr(y/ies) by %s", excess, self.eviction)
+        logger.debug("behaviour bank evicted %d entr(y/ies) by %s", excess, self.options.eviction)

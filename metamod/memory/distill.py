@@ -390,8 +390,8 @@ class LLMDistiller:
     def __init__(self, generator: Any, max_behaviours: int = 4, max_tokens: int = 256) -> None:
         if generator is None or not hasattr(generator, "chat"):
             raise ValueError(
-                "memory_distiller='llm' needs a generator (a metamod.llm Generator); the evaluation harness passes "
-                "its debater backend, or use memory_distiller: rule"
+                "memory 'behaviour_bank' with distiller=llm needs a memory LLM (memory_model); "
+                "or set memory_options distiller: rule"
             )
         if max_behaviours < 1:
             raise ValueError(f"max_behaviours must be >= 1, got {max_behaviours}")

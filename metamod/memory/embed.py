@@ -211,6 +211,37 @@ def build_embedder(name: str = "hashing", **options: Any) -> Embedder:
     return cls(**options)
 
 
+def check_embedder(name: str, model: str | None = None) -> None:
+    """Fail with one line when an embedder name is unknown or sentence-transformers has no local model folder.
+
+    >>> check_embedder("hashing")
+    >>> check_embedder("sentence-transformers")
+    Traceback (most recent call last):
+    ...
+    ValueError: embedder sentence-transformers needs embedder_model: /local/model/dir (models are never downloaded); or use embedder: hashing
+    """
+    if name not in EMBEDDERS and "." not in name and ":" not in name:
+        raise ValueError(f"embedder={name!r} is not known. Valid names: {', '.join(sorted(EMBEDDERS))}")
+    if name == "sentence-transformers" and not model:
+        raise ValueError(
+            "embedder sentence-transformers needs embedder_model: /local/model/dir (models are never downloaded); "
+            "or use embedder: hashing"
+        )
+
+
+def embedder_from(options: Any, extra: dict[str, Any] | None = None) -> Embedder:
+    """The embedder named by a memory's options (``embedder``, ``embedder_model``), with extra constructor options.
+
+    >>> from types import SimpleNamespace
+    >>> embedder_from(SimpleNamespace(embedder="hashing", embedder_model=None), {"n_features": 32}).embed(["a"]).shape
+    (1, 32)
+    """
+    kwargs = dict(extra or {})
+    if getattr(options, "embedder_model", None):
+        kwargs["model_path"] = options.embedder_model
+    return build_embedder(options.embedder, **kwargs)
+
+
 def cosine_top_k(
     query: np.ndarray, matrix: np.ndarray, k: int, *, min_score: float | None = None
 ) -> list[tuple[int, float]]:

@@ -1,32 +1,34 @@
-"""Which memories exist, their shared config, and how to build one.
+"""Which memories exist, their options, the memory LLM, and how to build one.
 
-``MEMORIES`` is the one ``name -> class`` dict for this extension point. A memory class takes keyword options in
-its constructor (for :func:`build_memory`) and a ``from_config(config, *, generator=None)`` classmethod (for
-:func:`build_memory_from_config`, which commands use).
+``MEMORIES`` is the one ``name -> class`` dict for this extension point. Each memory class has an ``options_class``
+(a dataclass with help text and checks): ``memory_options`` in a config is validated against its fields, so a
+typo or an option of another memory is refused with the valid names.
 
 >>> sorted(MEMORIES)
-['behaviour_bank', 'none']
+['behaviour_bank', 'bot', 'mca', 'none']
 >>> build_memory("none").name
 'none'
->>> build_memory("behaviour_bank", top_k=2).top_k
+>>> build_memory("behaviour_bank", top_k=2).options.top_k
 2
 >>> build_memory("behaviour_bank", topk=2)
 Traceback (most recent call last):
 ...
-TypeError: Unknown option(s) ['topk'] for memory 'behaviour_bank'. Valid options: dedup_threshold, distill_max_tokens, distiller, embedder, embedder_options, eviction, generator, max_behaviours_per_question, max_entries, max_keys_per_entry, min_similarity, top_k
+ValueError: memory_options: 'topk' is not an option of memory 'behaviour_bank'; valid: dedup_threshold, distill_max_tokens, distiller, embedder, embedder_model, eviction, max_behaviours_per_question, max_entries, max_keys_per_entry, min_similarity, top_k
 """
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metamod.memory.base import Memory, NoMemory
-from metamod.memory.behaviour_bank import DISTILLERS, EVICTION_POLICIES, BehaviourBank
-from metamod.memory.embed import EMBEDDERS
+from metamod.memory.base import MANIFEST, Memory, NoMemory
+from metamod.memory.behaviour_bank import BehaviourBank
+from metamod.memory.bot import BufferOfThought
+from metamod.memory.mca import MetaCognitiveAccumulator
 from metamod.registry import resolve, valid_names_help
 
 logger = logging.getLogger(__name__)
@@ -35,154 +37,234 @@ logger = logging.getLogger(__name__)
 MEMORIES: dict[str, type] = {
     "none": NoMemory,
     "behaviour_bank": BehaviourBank,
+    "mca": MetaCognitiveAccumulator,
+    "bot": BufferOfThought,
 }
 
+#: The memory LLM's model when none is set: the embedded SmolLM2 (runs on the CPU).
+DEFAULT_MEMORY_MODEL = "smollm2-135m-instruct"
 
-def build_memory(name: str = "none", **options: Any) -> Memory:
-    """Build a memory by registry name (or dotted path) with constructor options.
+
+def memory_class(name: str) -> type:
+    """The class registered as ``name`` (or a dotted path)."""
+    return resolve(MEMORIES, name, what="memory")
+
+
+def parse_memory_options(name: str, options: Mapping[str, Any] | None = None) -> Any:
+    """Build memory ``name``'s options dataclass from a dict, refusing unknown keys.
+
+    >>> parse_memory_options("mca", {"window": 2}).window
+    2
+    """
+    cls = memory_class(name)
+    options_cls = cls.options_class
+    valid = sorted(f.name for f in dataclasses.fields(options_cls))
+    for key in options or {}:
+        if key not in valid:
+            raise ValueError(
+                f"memory_options: {key!r} is not an option of memory {name!r}; valid: {', '.join(valid) or '(none)'}"
+            )
+    try:
+        return options_cls(**dict(options or {}))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"memory_options for memory {name!r}: {err}") from err
+
+
+def build_memory(
+    name: str = "none", *, llm: Any = None, llm_sampling: Any = None, seed: int = 0, **options: Any
+) -> Memory:
+    """Build a memory by registry name (or dotted path) with its options as keywords.
 
     Args:
         name: a key of :data:`MEMORIES` or ``package.module:Class``.
-        **options: keyword arguments of that memory's constructor.
-
-    Returns:
-        The memory.
+        llm: the memory LLM (a :class:`metamod.llm.base.Generator`) for memories that write text with one.
+        llm_sampling: its decoding (:class:`metamod.llm.base.SamplingConfig`; None: greedy, 256 tokens).
+        seed: the memory's seed (tie-breaks, sampling).
+        **options: fields of the memory's options dataclass.
 
     Raises:
         KeyError: unknown name (the message lists the valid ones).
-        TypeError: an option the memory does not take (the message lists the valid ones).
+        ValueError: an option the memory does not take, or a bad value (the message names it).
     """
-    cls = resolve(MEMORIES, name, what="memory")
-    params = inspect.signature(cls).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    unknown = sorted(set(options) - set(params))
-    if unknown and not takes_any:
-        valid = ", ".join(sorted(params)) or "(none)"
-        raise TypeError(f"Unknown option(s) {unknown} for memory {name!r}. Valid options: {valid}")
-    return cls(**options)
+    cls = memory_class(name)
+    parsed = parse_memory_options(name, options)
+    if cls is NoMemory:
+        return NoMemory()
+    return cls(parsed, llm=llm, llm_sampling=llm_sampling, seed=seed)
+
+
+def needs_llm(name: str, options: Mapping[str, Any] | None = None) -> bool:
+    """Whether memory ``name`` with these options calls the memory LLM (the harness loads one only then).
+
+    >>> needs_llm("behaviour_bank"), needs_llm("behaviour_bank", {"distiller": "llm"}), needs_llm("none")
+    (False, True, False)
+    """
+    cls = memory_class(name)
+    if not getattr(cls, "uses_llm", False):
+        return False
+    wants = getattr(cls, "wants_llm", None)
+    return bool(wants(parse_memory_options(name, options))) if wants else True
 
 
 @dataclass
 class MemoryConfig:
-    """Memory settings shared by commands that solve questions (``metamod eval``).
+    """Memory settings of commands that solve questions (``metamod eval``).
 
-    Keys are prefixed with ``memory_`` because commands merge several config dataclasses into one flat namespace.
-    Options that only one memory uses say so in their help.
+    Keys are prefixed with ``memory_`` because commands merge several config dataclasses into one flat namespace;
+    each memory's own settings go in ``memory_options`` (checked against that memory's options dataclass).
     """
 
     memory: str = field(
         default="none",
-        metadata={"help": f"Memory that feeds guidance into prompts. {valid_names_help(MEMORIES)}"},
+        metadata={
+            "help": "Memory that feeds guidance into every method's prompts (methods with a memory of their own, "
+            f"e.g. mc2 or bot, keep theirs). {valid_names_help(MEMORIES)}"
+        },
+    )
+    memory_options: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "The memory's own options as a dict (see docs/memory.md and each memory's options class), "
+            'e.g. {"top_k": 3, "window": 3}. Keys are checked against the fields of the memories in use.'
+        },
     )
     memory_path: str | None = field(
         default=None,
         metadata={
-            "help": "JSON file for the memory's state: loaded at start when it exists (resume / warm start) and "
-            "saved by the harness after every batch. None: start empty, keep nothing."
+            "help": "Saved memory folder to warm-start from (transfer across tasks); the run's own state then lives "
+            "in its output folder (memory-seed<k>/), which resume prefers. None: start empty."
         },
     )
-    memory_batch_size: int = field(
-        default=16,
-        metadata={
-            "help": "Questions per memory batch; the harness calls end_batch() after each (observations "
-            "reach guidance only then)."
-        },
-    )
-    memory_top_k: int = field(default=3, metadata={"help": "behaviour_bank: most behaviours shown per request."})
-    memory_min_similarity: float = field(
-        default=0.2,
-        metadata={
-            "help": "behaviour_bank: minimum cosine similarity between the question and a behaviour's source "
-            "questions for the behaviour to be shown."
-        },
-    )
-    memory_max_entries: int = field(default=256, metadata={"help": "behaviour_bank: bank size cap."})
-    memory_eviction: str = field(
-        default="fifo",
-        metadata={
-            "help": f"behaviour_bank: which entries go when the bank is full, one of {EVICTION_POLICIES} "
-            "(fifo: oldest first; usage: least retrieved first)."
-        },
-    )
-    memory_dedup_threshold: float = field(
-        default=0.9,
-        metadata={
-            "help": "behaviour_bank: cosine similarity at or above which a new behaviour is merged into an "
-            "existing one for the same roles."
-        },
-    )
-    memory_max_behaviours_per_question: int = field(
-        default=4, metadata={"help": "behaviour_bank: most behaviours distilled from one finished question."}
-    )
-    memory_distiller: str = field(
-        default="rule",
-        metadata={
-            "help": f"behaviour_bank: how behaviours are distilled, one of {DISTILLERS} (rule: deterministic, "
-            "offline; llm: the evaluation's generator writes them with the memory_distill_behaviour prompt)."
-        },
-    )
-    memory_embedder: str = field(
-        default="hashing",
-        metadata={"help": f"Text embedder for retrieval. {valid_names_help(EMBEDDERS)}"},
-    )
-    memory_embedder_model: str | None = field(
+    memory_batch_size: int | None = field(
         default=None,
-        metadata={"help": "Local model directory for memory_embedder: sentence-transformers (never downloaded)."},
+        metadata={
+            "help": "Questions per memory batch; observations reach guidance only after each batch. None: "
+            "min(100, max(10, floor(N / 10))) for a task of N questions (MC2's rule)."
+        },
     )
+    memory_seed: int = field(default=0, metadata={"help": "Seed of the memory (added to the eval seed)."})
+    memory_backend: str = field(
+        default="hf", metadata={"help": "Backend of the memory LLM (hf, vllm, openai), used by memories that write."}
+    )
+    memory_model: str = field(
+        default=DEFAULT_MEMORY_MODEL,
+        metadata={"help": "Memory LLM: a folder, Hub id, served name, or embedded alias (default: embedded SmolLM2)."},
+    )
+    memory_backend_options: dict = field(
+        default_factory=dict, metadata={"help": "BackendConfig options of the memory LLM (e.g. {device: cpu})."}
+    )
+    memory_temperature: float = field(default=0.0, metadata={"help": "Memory LLM sampling temperature (0: greedy)."})
+    memory_max_tokens: int = field(default=256, metadata={"help": "Memory LLM generation budget per call."})
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORIES and "." not in self.memory and ":" not in self.memory:
             raise ValueError(f"memory={self.memory!r} is not a known memory. {valid_names_help(MEMORIES)}")
-        if self.memory_batch_size < 1:
-            raise ValueError(f"memory_batch_size must be >= 1, got {self.memory_batch_size}")
-        if self.memory_top_k < 1:
-            raise ValueError(f"memory_top_k must be >= 1, got {self.memory_top_k}")
-        if not -1.0 <= self.memory_min_similarity <= 1.0:
-            raise ValueError(f"memory_min_similarity must be in [-1, 1], got {self.memory_min_similarity}")
-        if self.memory_max_entries < 1:
-            raise ValueError(f"memory_max_entries must be >= 1, got {self.memory_max_entries}")
-        if self.memory_eviction not in EVICTION_POLICIES:
-            raise ValueError(f"memory_eviction={self.memory_eviction!r}; use one of {EVICTION_POLICIES}")
-        if not 0.0 < self.memory_dedup_threshold <= 1.0:
-            raise ValueError(f"memory_dedup_threshold must be in (0, 1], got {self.memory_dedup_threshold}")
-        if self.memory_max_behaviours_per_question < 1:
+        if self.memory_batch_size is not None and self.memory_batch_size < 1:
+            raise ValueError(f"memory_batch_size must be >= 1 (or None for MC2's rule), got {self.memory_batch_size}")
+        if not isinstance(self.memory_options, dict):
+            raise ValueError(f"memory_options must be a dict, got {type(self.memory_options).__name__}")
+        if self.memory_temperature < 0:
+            raise ValueError(f"memory_temperature must be >= 0, got {self.memory_temperature}")
+        if self.memory_max_tokens < 1:
+            raise ValueError(f"memory_max_tokens must be >= 1, got {self.memory_max_tokens}")
+        if self.memory not in (None, "none"):
+            parse_memory_options(self.memory, self.memory_options)
+
+    def options_for(self, name: str, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Options of memory ``name``: ``defaults`` updated with the ``memory_options`` keys that memory has.
+
+        >>> MemoryConfig(memory_options={"window": 2}).options_for("mca", {"consolidate": False})
+        {'consolidate': False, 'window': 2}
+        """
+        fields = {f.name for f in dataclasses.fields(memory_class(name).options_class)}
+        out = dict(defaults or {})
+        out.update({k: v for k, v in self.memory_options.items() if k in fields})
+        return out
+
+    def batch_size_for(self, num_questions: int) -> int:
+        """This config's memory batch for a task of ``num_questions`` questions.
+
+        >>> [MemoryConfig().batch_size_for(n) for n in (30, 500, 1319, 5000)]
+        [10, 50, 100, 100]
+        >>> MemoryConfig(memory_batch_size=4).batch_size_for(500)
+        4
+        """
+        return self.memory_batch_size if self.memory_batch_size is not None else mc2_batch_size(num_questions)
+
+
+def mc2_batch_size(num_questions: int) -> int:
+    """MC2's batch rule: ``min(100, max(10, floor(N / 10)))``.
+
+    >>> [mc2_batch_size(n) for n in (100, 500, 800, 1319)]
+    [10, 50, 80, 100]
+    """
+    return min(100, max(10, num_questions // 10))
+
+
+def check_memory_options(config: MemoryConfig, names: list[str]) -> None:
+    """Every ``memory_options`` key must be an option of at least one memory in use (``names``)."""
+    names = [n for n in names if n not in (None, "none")]
+    if not config.memory_options or not names:
+        if config.memory_options and not names:
+            raise ValueError("memory_options is set but no memory is in use (set memory, or a method with a memory)")
+        return
+    fields = {n: {f.name for f in dataclasses.fields(memory_class(n).options_class)} for n in names}
+    for key in config.memory_options:
+        if not any(key in f for f in fields.values()):
+            valid = sorted(set().union(*fields.values()))
             raise ValueError(
-                f"memory_max_behaviours_per_question must be >= 1, got {self.memory_max_behaviours_per_question}"
-            )
-        if self.memory_distiller not in DISTILLERS:
-            raise ValueError(f"memory_distiller={self.memory_distiller!r}; use one of {DISTILLERS}")
-        if (
-            self.memory_embedder not in EMBEDDERS
-            and "." not in self.memory_embedder
-            and ":" not in self.memory_embedder
-        ):
-            raise ValueError(f"memory_embedder={self.memory_embedder!r} is not known. {valid_names_help(EMBEDDERS)}")
-        if self.memory_embedder == "sentence-transformers" and not self.memory_embedder_model:
-            raise ValueError(
-                "memory_embedder=sentence-transformers needs memory_embedder_model: /local/model/dir "
-                "(models are never downloaded); or use memory_embedder: hashing"
+                f"memory_options: {key!r} is not an option of the memories in use {names}; valid: {', '.join(valid)}"
             )
 
 
-def build_memory_from_config(config: MemoryConfig, *, generator: Any = None) -> Memory:
-    """Build the configured memory and load ``config.memory_path`` when that file exists.
+def memory_llm_sampling(config: MemoryConfig, seed: int) -> Any:
+    """The memory LLM's decoding for one evaluation seed."""
+    from metamod.llm.base import SamplingConfig
+
+    return SamplingConfig(
+        temperature=config.memory_temperature, max_tokens=config.memory_max_tokens, seed=config.memory_seed + seed
+    )
+
+
+def build_memory_from_config(
+    config: MemoryConfig,
+    *,
+    name: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    llm: Any = None,
+    seed: int = 0,
+    state: str | Path | None = None,
+) -> Memory:
+    """Build a memory from a config and load a saved state when one exists.
 
     Args:
         config: the memory settings.
-        generator: the evaluation's :class:`metamod.llm.base.Generator` (needed by ``memory_distiller: llm``).
-
-    Returns:
-        The memory, fresh or resumed.
+        name: the memory to build (default ``config.memory``; a method with its own memory passes its name).
+        defaults: option defaults of that use (e.g. ``mro_micro``'s ``consolidate: False``), under ``memory_options``.
+        llm: the memory LLM (built by the caller when :func:`needs_llm`).
+        seed: the evaluation seed (added to ``memory_seed``).
+        state: a saved folder to resume from; when it holds no manifest, ``config.memory_path`` (a warm start) is
+            loaded instead when set.
 
     >>> build_memory_from_config(MemoryConfig()).name
     'none'
     """
-    cls = resolve(MEMORIES, config.memory, what="memory")
-    if hasattr(cls, "from_config"):
-        memory = cls.from_config(config, generator=generator)
-    else:
-        memory = cls()
-    if config.memory_path and Path(config.memory_path).is_file():
-        memory.load(config.memory_path)
-        logger.info("memory %s resumed from %s", config.memory, config.memory_path)
+    name = name or config.memory
+    options = config.options_for(name, defaults) if name not in (None, "none") else {}
+    memory = build_memory(
+        name, llm=llm, llm_sampling=memory_llm_sampling(config, seed), seed=config.memory_seed + seed, **options
+    )
+    source = None
+    if state is not None and (Path(state) / MANIFEST).is_file():
+        source = Path(state)
+    elif config.memory_path:
+        source = Path(config.memory_path)
+        if not (source / MANIFEST).is_file():
+            raise FileNotFoundError(
+                f"memory_path {source} has no {MANIFEST}: expected a memory folder saved by a run "
+                "(e.g. <output_dir>/memory-seed0)"
+            )
+    if source is not None:
+        memory.load(source)
+        logger.info("memory %s resumed from %s", name, source)
     return memory

@@ -140,7 +140,8 @@ class LLMDebaters:
         sampling: decoding settings (``n`` must be 1: one response per agent turn).
         backend: backend name recorded in traces (e.g. ``"hf"``).
         confidence: add the confidence instruction to every prompt.
-        memory: optional memory with ``guidance(example, role) -> str``; its guidance is prepended.
+        memory: optional memory (:mod:`metamod.memory`), asked per agent and round (role ``debater``); its guidance
+            is prepended to the agent's first message.
         settings: extra per-agent settings recorded in traces.
 
     Attributes:
@@ -183,10 +184,14 @@ class LLMDebaters:
             **self.settings,
         }
 
-    def _guidance(self, example: Example) -> str:
+    def _guidance(self, request: DebateRequest) -> str:
+        """The memory's guidance body for this agent and round ("" without a memory)."""
         if self.memory is None:
             return ""
-        return str(self.memory.guidance(example, "debater") or "")
+        from metamod.memory.base import GuidanceRequest
+
+        asked = GuidanceRequest(request.example, "debater", agent=request.agent, step=request.round)
+        return self.memory.guidance(asked).text
 
     def _fits_by_bound(self, conversation: Conversation, budget: int) -> bool:
         """Cheap check that skips exact token counting: a text never has more tokens than UTF-8 bytes.
@@ -245,12 +250,8 @@ class LLMDebaters:
         if not requests:
             return []
         conversations, trimmed = [], []
-        guidance_cache: dict[str, str] = {}
         for request in requests:
-            ex = request.example
-            if ex.id not in guidance_cache:
-                guidance_cache[ex.id] = self._guidance(ex)
-            conversation, was_trimmed = self._fit(request, guidance_cache[ex.id])
+            conversation, was_trimmed = self._fit(request, self._guidance(request))
             conversations.append(conversation)
             trimmed.append(was_trimmed)
         num_trimmed = sum(trimmed)

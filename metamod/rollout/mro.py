@@ -304,14 +304,14 @@ def _run_chunk(
                     "prompt_tokens": int(proposal.prompt_tokens),
                     "completion_tokens": int(proposal.completion_tokens),
                     "parse": reasoner_parse,
-                    "policy_update": None,
+                    "policy_update": _policy_update(roles.reasoner, trace["id"]),
                 },
                 "monitor": {
                     **report.to_dict(),
                     "text": audit.text,
                     "prompt_tokens": int(audit.prompt_tokens),
                     "completion_tokens": int(audit.completion_tokens),
-                    "policy_update": None,
+                    "policy_update": _policy_update(roles.monitor, trace["id"]),
                 },
                 "controller": {
                     "action": decision.action,
@@ -325,7 +325,7 @@ def _run_chunk(
                     "prompt_tokens": int(turn.generation.prompt_tokens),
                     "completion_tokens": int(turn.generation.completion_tokens),
                     "parse": decision.parse,
-                    "policy_update": None,
+                    "policy_update": _policy_update(roles.controller, trace["id"]),
                 },
             }
             trace["history"].append(record)
@@ -355,3 +355,9 @@ def _run_chunk(
         stats.final_correct += trace["final_correct"]
         stats.statuses[trace["status"]] = stats.statuses.get(trace["status"], 0) + 1
     yield from traces
+
+
+def _policy_update(role: Any, example_id: str) -> dict[str, Any] | None:
+    """The role's memory prompt-update record for the trace (MC² C.3), ``None`` for roles without one."""
+    lookup = getattr(role, "policy_update", None)
+    return lookup(example_id) if lookup is not None else None

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
-from metamod.prompts import render
+from metamod.memory.base import ask, with_guidance
 from metamod.rewards.moderator import STOP, parse_decision
 from metamod.rollout.mro_parse import (
     ACCEPT,
@@ -124,6 +124,7 @@ class _LLMRole:
         *,
         backend: str = "hf",
         memory: Any = None,
+        method: str | None = None,
         settings: dict[str, Any] | None = None,
     ) -> None:
         if sampling.n != 1:
@@ -133,6 +134,7 @@ class _LLMRole:
         self.backend = backend
         self.model = str(getattr(generator, "name", type(generator).__name__))
         self.memory = memory
+        self.method = method
         self.extra = dict(settings or {})
         self.num_calls = 0
 
@@ -146,12 +148,17 @@ class _LLMRole:
             **self.extra,
         }
 
-    def _guided(self, conversation: Conversation, example: Example) -> Conversation:
-        guidance = str(self.memory.guidance(example, self.role) or "").strip() if self.memory is not None else ""
-        if not guidance:
+    def policy_update(self, example_id: str) -> dict[str, Any] | None:
+        """The memory's prompt-update record for this role on ``example_id`` (MC² C.3), or ``None``."""
+        lookup = getattr(self.memory, "policy_update", None)
+        return lookup(example_id, self.role) if lookup is not None else None
+
+    def _guided(self, conversation: Conversation, example: Example, iteration: int) -> Conversation:
+        block = ask(self.memory, example, self.role, step=iteration - 1, method=self.method)
+        if not block:
             return conversation
         first = dict(conversation[0])
-        first["content"] = render("memory_guidance", guidance=guidance) + "\n\n" + first["content"]
+        first["content"] = with_guidance(first["content"], block)
         return [first, *conversation[1:]]
 
     def _chat(self, conversations: list[Conversation]) -> list[Generation]:
@@ -175,7 +182,9 @@ class LLMReasoner(_LLMRole):
     def propose(self, requests: list[ReasonerRequest]) -> list[Generation]:
         conversations = [
             self._guided(
-                reasoner_messages(r.example.prompt_text(), previous=r.previous, feedback=r.feedback), r.example
+                reasoner_messages(r.example.prompt_text(), previous=r.previous, feedback=r.feedback),
+                r.example,
+                r.iteration,
             )
             for r in requests
         ]
@@ -189,7 +198,8 @@ class LLMMonitor(_LLMRole):
 
     def audit(self, requests: list[MonitorRequest]) -> list[Generation]:
         conversations = [
-            self._guided(monitor_messages(r.example.prompt_text(), r.solution, r.answer), r.example) for r in requests
+            self._guided(monitor_messages(r.example.prompt_text(), r.solution, r.answer), r.example, r.iteration)
+            for r in requests
         ]
         return self._chat(conversations)
 
@@ -206,7 +216,9 @@ class LLMController(_LLMRole):
     def decide(self, requests: list[ControllerRequest]) -> list[ControllerTurn]:
         conversations = [
             self._guided(
-                controller_prompt_messages(r.example.prompt_text(), r.solution, r.answer, r.report_text), r.example
+                controller_prompt_messages(r.example.prompt_text(), r.solution, r.answer, r.report_text),
+                r.example,
+                r.iteration,
             )
             for r in requests
         ]
@@ -261,7 +273,12 @@ class ModeratorController(_LLMRole):
 
     def decide(self, requests: list[ControllerRequest]) -> list[ControllerTurn]:
         conversations = [
-            controller_messages(r.example.prompt_text(), r.solution, r.report_text, final=r.final) for r in requests
+            self._guided(
+                controller_messages(r.example.prompt_text(), r.solution, r.report_text, final=r.final),
+                r.example,
+                r.iteration,
+            )
+            for r in requests
         ]
         generations = self._chat(conversations)
         return [ControllerTurn(g, moderator_decision(g.text, r)) for r, g in zip(requests, generations, strict=True)]

@@ -1,0 +1,269 @@
+"""The memories of one evaluation seed: the config's shared memory and the methods' own, driven per batch.
+
+Two kinds of memory take part in ``metamod eval``:
+
+- the **shared memory** (``memory:`` in the config): one object per seed that every method without a memory of its
+  own asks (debaters, single-agent methods, MRO roles, moderator, judge). It observes the reference method's
+  questions (the ``reference_method`` when it is evaluated, else the first method). Saved in ``memory-seed<k>/``.
+- a method's **own memory** (a method class with ``memory_name``: ``mc2``, ``mro_micro``, ``reasoner_updates``
+  use ``mca``, ``bot`` uses ``bot``): one per seed and method, built from ``memory_options`` over the method's
+  ``memory_defaults``, observing that method's own traces. Saved in ``memory-seed<k>-<method>/``.
+
+A fresh memory (no state in the output folder yet) is warm-started from ``memory_path`` when that is set (a saved
+folder of the same memory, e.g. another task's ``memory-seed0-mc2/``: MC² appendix G).
+
+Per batch (:class:`SeedMemories`): ``begin_batch`` on every memory, the methods run, each method's record gets
+``memory_items`` (the ids its memory served for that question) and the row ``memory_batch`` (the batch number of
+the question within its task, from its position: stable across resumes), then each memory observes and
+consolidates (``end_batch``) and is saved, with a ``summary.json`` (counters; the MCA's appendix E guidance
+relevance) and, for the MCA, ``guidance.jsonl`` (each composed guidance with the question removed), which
+``results.json`` gathers under ``memories``. A memory that needs an LLM gets the memory LLM (``memory_model``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from metamod.memory.base import Observation
+from metamod.registry import resolve
+from metamod.tasks.base import Example
+
+from .decision import DECISION_LAYERS
+
+logger = logging.getLogger(__name__)
+
+SHARED = "memory-seed{seed}"
+OWN = "memory-seed{seed}-{method}"
+#: glob patterns of every memory folder a run writes (resume / overwrite)
+MEMORY_PATTERNS = ("memory-seed*",)
+
+
+def own_memory(method: str) -> tuple[str | None, dict[str, Any]]:
+    """``(memory name, option defaults)`` a method brings itself, or ``(None, {})``.
+
+    >>> own_memory("mc2"), own_memory("mro_micro")[1], own_memory("majority_vote")
+    (('mca', {}), {'consolidate': False}, (None, {}))
+    """
+    cls = resolve(DECISION_LAYERS, method, what="evaluation method")
+    name = getattr(cls, "memory_name", None)
+    return name, dict(getattr(cls, "memory_defaults", {}) or {})
+
+
+def memories_in_use(methods: list[str], memory_config: Any) -> list[str]:
+    """Names of the memories an evaluation builds (the shared one, then the methods' own), without repeats."""
+    names: list[str] = []
+    if memory_config is not None and memory_config.memory not in (None, "none"):
+        names.append(memory_config.memory)
+    for method in methods:
+        name, _ = own_memory(method)
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def memory_on(methods: list[str], memory_config: Any) -> bool:
+    """Whether any memory takes part (then batches are memory batches and every cell depends on the past)."""
+    return bool(memories_in_use(methods, memory_config))
+
+
+def needs_memory_llm(methods: list[str], memory_config: Any) -> bool:
+    """Whether some memory in use writes with the memory LLM (then ``memory_model`` is loaded)."""
+    from metamod.memory.registry import needs_llm
+
+    if memory_config is None:
+        return False
+    uses = []
+    if memory_config.memory not in (None, "none"):
+        uses.append((memory_config.memory, memory_config.options_for(memory_config.memory)))
+    for method in methods:
+        name, defaults = own_memory(method)
+        if name:
+            uses.append((name, memory_config.options_for(name, defaults)))
+    return any(needs_llm(name, options) for name, options in uses)
+
+
+def memory_llm_spec(memory_config: Any) -> Any:
+    """The memory LLM's :class:`~metamod.llm.BackendConfig` (errors name the bad option)."""
+    from metamod.llm import BackendConfig
+
+    try:
+        return BackendConfig(
+            backend=memory_config.memory_backend,
+            model=memory_config.memory_model,
+            **dict(memory_config.memory_backend_options),
+        )
+    except TypeError as err:
+        valid = ", ".join(f.name for f in dataclasses.fields(BackendConfig))
+        raise ValueError(
+            f"memory_backend_options {sorted(memory_config.memory_backend_options)}: {err}. Valid: {valid}"
+        ) from err
+
+
+class SeedMemories:
+    """The memories of one seed (see the module docstring).
+
+    Args:
+        memory_config: the :class:`~metamod.memory.MemoryConfig` (``None``: only the methods' own memories, with
+            default settings).
+        methods: the methods this seed computes.
+        reference: the method the shared memory observes.
+        output_dir: the run's folder (states are saved under it).
+        seed: the evaluation seed.
+        llm: the memory LLM (``None`` when no memory in use writes with one).
+    """
+
+    def __init__(
+        self, memory_config: Any, methods: list[str], reference: str, output_dir: Path, seed: int, llm: Any = None
+    ) -> None:
+        from metamod.memory import MemoryConfig, build_memory_from_config
+
+        config = memory_config if memory_config is not None else MemoryConfig()
+        self.methods = list(methods)
+        self.shared = None
+        self.folders: dict[int, Path] = {}
+        self.by_method: dict[str, Any] = {}
+        self.observer: dict[int, str] = {}  # id(memory) -> the method whose questions it observes
+        self._memories: list[Any] = []
+        if config.memory not in (None, "none"):
+            folder = output_dir / SHARED.format(seed=seed)
+            self.shared = build_memory_from_config(config, llm=llm, seed=seed, state=folder)
+            self._add(self.shared, folder, reference if reference in methods else methods[0])
+        for method in methods:
+            name, defaults = own_memory(method)
+            if name:
+                folder = output_dir / OWN.format(seed=seed, method=method)
+                memory = build_memory_from_config(
+                    config, name=name, defaults=defaults, llm=llm, seed=seed, state=folder
+                )
+                self._add(memory, folder, method)
+                self.by_method[method] = memory
+            elif self.shared is not None:
+                self.by_method[method] = self.shared
+
+    def _add(self, memory: Any, folder: Path, observer: str) -> None:
+        self._memories.append(memory)
+        self.folders[id(memory)] = folder
+        self.observer[id(memory)] = observer
+
+    @property
+    def active(self) -> bool:
+        return bool(self._memories)
+
+    def for_method(self, method: str) -> Any:
+        """The memory ``method`` asks (its own, else the shared one, else ``None``)."""
+        return self.by_method.get(method)
+
+    def begin_batch(self, batch: list[Example]) -> None:
+        for memory in self._memories:
+            memory.begin_batch(batch)
+
+    def annotate(self, rows: list[dict[str, Any]], batch_number: int) -> None:
+        """Add ``memory_batch`` to each row and ``memory_items`` to each method record that had a memory."""
+        for row in rows:
+            row["memory_batch"] = batch_number
+            for method, record in row["methods"].items():
+                memory = self.for_method(method)
+                if memory is not None:
+                    record["memory_items"] = memory.served_ids(row["id"], method)
+
+    def observe_and_save(
+        self,
+        batch: list[Example],
+        rows: list[dict[str, Any]],
+        shared_traces: dict[str, dict[str, Any]],
+        method_traces: dict[str, list[Any]],
+    ) -> None:
+        """Each memory observes its method's finished questions, consolidates, and is saved."""
+        from .replay import prefix
+
+        for memory in self._memories:
+            method = self.observer[id(memory)]
+            for i, (ex, row) in enumerate(zip(batch, rows, strict=True)):
+                record = row["methods"][method]
+                own = method_traces.get(method, [None] * len(batch))[i]
+                trace = own if own is not None else shared_traces.get(ex.id)
+                if own is None and trace is not None and record.get("stop_round") is not None:
+                    trace = prefix(trace, record["stop_round"])
+                elif trace is None:
+                    trace = {"id": ex.id, "rounds": [], "single": _public(record)}
+                outcome = {"correct": bool(record["correct"]), "final_answer": record["final_answer"], "method": method}
+                memory.observe(
+                    Observation(
+                        ex,
+                        trace,
+                        outcome,
+                        decisions=list(record.get("decisions") or []),
+                        served=list(record.get("memory_items") or []),
+                    )
+                )
+            memory.end_batch()
+            folder = memory.save(self.folders[id(memory)])
+            write_summary(memory, folder)
+
+
+SUMMARY = "summary.json"
+GUIDANCE_LOG = "guidance.jsonl"
+
+
+def write_summary(memory: Any, folder: Path) -> dict[str, Any]:
+    """Write ``summary.json`` (the memory's counters; for the MCA also appendix E's guidance relevance per batch)
+    and, for memories that log their guidance, ``guidance.jsonl`` (the composed guidance, question text removed)."""
+    from metamod.files import atomic_write_json, atomic_write_text
+
+    summary: dict[str, Any] = {"memory": memory.name, "batches": memory.batch_index}
+    stats = getattr(memory, "stats", None)
+    if stats is not None:
+        summary["stats"] = stats()
+    log = getattr(memory, "guidance_log", None)
+    if log is not None:
+        from metamod.memory.mca import guidance_relevance
+
+        relevance = guidance_relevance(log, memory.embedder)
+        summary["guidance_relevance"] = relevance
+        summary["guidance_relevance_mean"] = _relevance_means(relevance)
+        lines = [json.dumps(entry, sort_keys=True) for entry in log]
+        atomic_write_text(folder / GUIDANCE_LOG, "\n".join(lines) + ("\n" if lines else ""))
+    atomic_write_json(folder / SUMMARY, summary, indent=1)
+    return summary
+
+
+def _relevance_means(relevance: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per role, the mean over batches of the own-guidance and random-guidance similarities."""
+    out: dict[str, dict[str, float]] = {}
+    for role in sorted({r["role"] for r in relevance}):
+        rows = [r for r in relevance if r["role"] == role]
+        out[role] = {
+            "own": round(sum(r["own"] for r in rows) / len(rows), 6),
+            "random": round(sum(r["random"] for r in rows) / len(rows), 6),
+            "batches": len(rows),
+        }
+    return out
+
+
+def read_summaries(output_dir: Path) -> dict[str, Any]:
+    """Every memory folder's ``summary.json`` in a run's folder, by folder name (for ``results.json``)."""
+    from metamod.errors import load_json
+
+    out = {}
+    for path in sorted(output_dir.glob(f"memory-seed*/{SUMMARY}")):
+        out[path.parent.name] = load_json(path, what="memory summary")
+    return out
+
+
+def _public(record: dict[str, Any]) -> dict[str, Any]:
+    """A method record without the fields that carry grading (a memory gets correctness from ``outcome``)."""
+    return {k: v for k, v in record.items() if k not in ("correct", "covered")}
+
+
+def batch_numbers(task_examples: list[Example], size: int) -> dict[str, int]:
+    """The memory batch of each question of a task, from its position (so resumed runs keep their batches).
+
+    >>> exs = [Example(id=str(i), question="?", gold="1", kind="math") for i in range(5)]
+    >>> batch_numbers(exs, 2)
+    {'0': 0, '1': 0, '2': 1, '3': 1, '4': 2}
+    """
+    return {ex.id: i // size for i, ex in enumerate(task_examples)}
