@@ -417,7 +417,6 @@ def test_registry_errors():
             "needs embedder_model",
         ),
         ({"memory": "behaviour_bank", "memory_options": {"dedup_threshold": 0.0}}, "dedup_threshold"),
-        ({"memory": "behaviour_bank", "memory_options": {"window": 3}}, "'window' is not an option of memory"),
         ({"memory_batch_size": 0}, "memory_batch_size"),
         ({"memory_max_tokens": 0}, "memory_max_tokens"),
     ],
@@ -425,6 +424,19 @@ def test_registry_errors():
 def test_memory_config_checks(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MemoryConfig(**kwargs)
+
+
+def test_memory_options_are_checked_against_the_memories_in_use():
+    from metamod.memory.registry import check_memory_options
+
+    cfg = MemoryConfig(memory="behaviour_bank", memory_options={"top_k": 2, "window": 2})  # window: mca's (mc2)
+    check_memory_options(cfg, ["behaviour_bank", "mca"])
+    with pytest.raises(ValueError, match="'window' is not an option of the memories in use"):
+        check_memory_options(cfg, ["behaviour_bank"])
+    with pytest.raises(ValueError, match="no memory is in use"):
+        check_memory_options(MemoryConfig(memory_options={"top_k": 2}), [])
+    with pytest.raises(ValueError, match="window must be"):
+        MemoryConfig(memory="mca", memory_options={"window": 0})
 
 
 def test_memory_config_fields_have_help():

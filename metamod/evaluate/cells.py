@@ -128,7 +128,8 @@ def eval_settings(config: EvalConfig, memory_config: Any = None) -> dict[str, An
     """The settings shared by every cell of an evaluation (hashed into ``output_dir/.fingerprint.json``).
 
     Debate and simulation settings, debater model, prompts, ``mode``, the ``traces`` file's content, and, with a
-    memory, everything but the output options. A rerun that changes one of them is refused. Local paths are made
+    shared memory, everything but the output options (with only methods' own memories, ``question_order_seed``;
+    the memory settings then enter those methods' fingerprints). A rerun that changes one of them is refused. Local paths are made
     absolute (a relative and an absolute ``--traces`` naming one file are one setting).
 
     >>> from metamod.evaluate.config import EvalConfig
@@ -137,8 +138,14 @@ def eval_settings(config: EvalConfig, memory_config: Any = None) -> dict[str, An
     (3, False, False)
     """
     resolved = config_to_dict(config, memory_config)
-    if _memory_on(memory_config, config.methods):
+    shared = memory_config is not None and memory_config.memory not in (None, "none")
+    if shared:
         free: set[str] = set(_MEMORY_FREE_KEYS)
+    elif _memory_on(memory_config, config.methods):
+        # only methods' own memories: each learns from its own method's stream, which other methods do not change,
+        # so methods and questions may be added; the memory settings enter those methods' fingerprints instead
+        memory_keys = {f.name for f in dataclasses.fields(memory_config)} if memory_config is not None else set()
+        free = (set(_SCOPE_KEYS) - {"question_order_seed"}) | set(_METHOD_KEYS) | memory_keys
     else:
         memory_keys = {f.name for f in dataclasses.fields(memory_config)} if memory_config is not None else set()
         free = set(_SCOPE_KEYS) | set(_METHOD_KEYS) | memory_keys
@@ -158,7 +165,9 @@ def _spec_record(spec: Any) -> dict[str, Any]:
     return resolve_local_paths(record)
 
 
-def method_fingerprints(config: EvalConfig, specs: dict[str, Any], settings_fp: str) -> dict[str, str]:
+def method_fingerprints(
+    config: EvalConfig, specs: dict[str, Any], settings_fp: str, memory_config: Any = None
+) -> dict[str, str]:
     """One fingerprint per method: the shared settings plus the models and options that method uses.
 
     A changed moderator adapter therefore recomputes the moderator methods' cells and keeps the baselines'.
@@ -186,6 +195,8 @@ def method_fingerprints(config: EvalConfig, specs: dict[str, Any], settings_fp: 
             "method_options": config.method_options.get(method, {}),
             "models": {r: _spec_record(specs[r]) for r in roles},
         }
+        if getattr(layer, "memory_name", None):  # a method with its own memory: its cells depend on its settings
+            record["memory"] = resolve_local_paths(dataclasses.asdict(memory_config)) if memory_config else {}
         out[method] = settings_fingerprint(record)
     return out
 

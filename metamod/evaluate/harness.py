@@ -56,7 +56,9 @@ from .cells import (  # re-exported: `from metamod.evaluate.harness import eval_
 from .config import EvalConfig
 from .decision import DECISION_LAYERS, build_layer
 from .memories import (
+    SHARED_KEY,
     SeedMemories,
+    add_unobserved_cells,
     batch_numbers,
     memories_in_use,
     memory_llm_spec,
@@ -355,6 +357,10 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
     start_over = config.overwrite or not config.resume
     examples, reused = load_inputs(config)
     specs = resolve_models(config)
+    if memory_config is not None:
+        from metamod.memory.registry import check_memory_options
+
+        check_memory_options(memory_config, memories_in_use(config.methods, memory_config))
     settings = eval_settings(config, memory_config)
     if not start_over:
         check_fingerprint(output_dir, settings, outputs=has_outputs(output_dir), command="eval", what=WHAT)
@@ -379,11 +385,14 @@ def _evaluate(
 ) -> dict[str, Any]:
     """The evaluation proper, with ``output_dir`` locked and its fingerprint checked."""
     samples_path = output_dir / SAMPLES_FILE
-    method_fps = method_fingerprints(config, specs, settings_fp)
+    method_fps = method_fingerprints(config, specs, settings_fp, memory_config)
     done = current_rows(read_samples(samples_path), examples, config.seeds, settings_fp, method_fps)
     missing = missing_cells(done, examples, config.seeds, config.methods)
     save_resolved_config(output_dir / "config.yaml", config, memory_config)
     with_memory = memory_on(config.methods, memory_config)
+    memory_fps = {SHARED_KEY: settings_fp, **method_fps}
+    if with_memory and (redo := add_unobserved_cells(missing, output_dir, config, memory_config, examples, memory_fps)):
+        logger.warning("eval: %d cell(s) again: their memory batch was written but not observed (a crash)", redo)
     # with a memory on, memory batches (memory_batch_size, else MC2's rule per task) win for every task (a memory
     # consolidates once per batch, so the batch is part of what it learns); without one, a task's
     # task_batch_questions entry, else batch_questions
@@ -414,7 +423,14 @@ def _evaluate(
                 continue
             seed_methods = [m for m in config.methods if m in seed_missing]
             memories = SeedMemories(
-                memory_config, seed_methods, config.reference_method, output_dir, seed, llm=generators.get("memory")
+                memory_config,
+                seed_methods,
+                config.reference_method,
+                output_dir,
+                seed,
+                llm=generators.get("memory"),
+                all_methods=config.methods,
+                fingerprints=memory_fps,
             )
             debaters = None
             if config.debaters == "simulated" or not config.traces or config.mode == "live":
@@ -450,7 +466,8 @@ def _evaluate(
                             )
                         for batch in batches:
                             known = set(traces)
-                            memories.begin_batch(batch)
+                            number = numbers[batch[0].id] if with_memory else 0
+                            memories.begin_batch(batch, task, number)
                             method_traces: dict[str, list[Any]] = {}
                             rows, shared = evaluate_batch(
                                 batch,
@@ -464,7 +481,7 @@ def _evaluate(
                                 method_traces=method_traces,
                             )
                             if with_memory:
-                                memories.annotate(rows, numbers[batch[0].id])
+                                memories.annotate(rows, number)
                             if writer is not None:
                                 for ex in batch:
                                     if ex.id not in known and ex.id in traces:
@@ -475,8 +492,10 @@ def _evaluate(
                                 row["fingerprints"] = {m: method_fps[m] for m in row["methods"]}
                             sink.write_many(rows)
                             sink.sync()
-                            if memories.active and len(methods) == len(config.methods):
-                                memories.observe_and_save(batch, rows, shared, method_traces)
+                            if memories.active:
+                                memories.observe_and_save(
+                                    batch, rows, shared, method_traces, task=task, batch_number=number
+                                )
                             logger.info("eval seed %d task %s: %d more rows (%s)", seed, task, len(rows), methods)
             finally:
                 if writer is not None:

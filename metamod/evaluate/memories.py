@@ -37,6 +37,8 @@ from .decision import DECISION_LAYERS
 logger = logging.getLogger(__name__)
 
 SHARED = "memory-seed{seed}"
+#: key of the shared memory in the fingerprints passed to :class:`SeedMemories` (methods use their names)
+SHARED_KEY = "<shared>"
 OWN = "memory-seed{seed}-{method}"
 #: glob patterns of every memory folder a run writes (resume / overwrite)
 MEMORY_PATTERNS = ("memory-seed*",)
@@ -117,37 +119,55 @@ class SeedMemories:
     """
 
     def __init__(
-        self, memory_config: Any, methods: list[str], reference: str, output_dir: Path, seed: int, llm: Any = None
+        self,
+        memory_config: Any,
+        methods: list[str],
+        reference: str,
+        output_dir: Path,
+        seed: int,
+        llm: Any = None,
+        *,
+        all_methods: list[str] | None = None,
+        fingerprints: dict[str, str] | None = None,
     ) -> None:
         from metamod.memory import MemoryConfig, build_memory_from_config
 
         config = memory_config if memory_config is not None else MemoryConfig()
+        every = list(all_methods or methods)
         self.methods = list(methods)
         self.shared = None
         self.folders: dict[int, Path] = {}
+        self.fingerprint: dict[int, str | None] = {}
         self.by_method: dict[str, Any] = {}
         self.observer: dict[int, str] = {}  # id(memory) -> the method whose questions it observes
         self._memories: list[Any] = []
+        prints = dict(fingerprints or {})
         if config.memory not in (None, "none"):
             folder = output_dir / SHARED.format(seed=seed)
-            self.shared = build_memory_from_config(config, llm=llm, seed=seed, state=folder)
-            self._add(self.shared, folder, reference if reference in methods else methods[0])
+            observer = reference if reference in every else every[0]
+            fp = prints.get(SHARED_KEY)
+            state = folder if saved_fingerprint(folder) in (None, fp) else None
+            self.shared = build_memory_from_config(config, llm=llm, seed=seed, state=state)
+            self._add(self.shared, folder, observer, fp)
         for method in methods:
             name, defaults = own_memory(method)
             if name:
                 folder = output_dir / OWN.format(seed=seed, method=method)
-                memory = build_memory_from_config(
-                    config, name=name, defaults=defaults, llm=llm, seed=seed, state=folder
-                )
-                self._add(memory, folder, method)
+                fp = prints.get(method)
+                state = folder if saved_fingerprint(folder) in (None, fp) else None
+                if state is None:
+                    logger.warning("%s was saved with other settings of %s; starting it afresh", folder, method)
+                memory = build_memory_from_config(config, name=name, defaults=defaults, llm=llm, seed=seed, state=state)
+                self._add(memory, folder, method, fp)
                 self.by_method[method] = memory
             elif self.shared is not None:
                 self.by_method[method] = self.shared
 
-    def _add(self, memory: Any, folder: Path, observer: str) -> None:
+    def _add(self, memory: Any, folder: Path, observer: str, fingerprint: str | None) -> None:
         self._memories.append(memory)
         self.folders[id(memory)] = folder
         self.observer[id(memory)] = observer
+        self.fingerprint[id(memory)] = fingerprint
 
     @property
     def active(self) -> bool:
@@ -157,8 +177,13 @@ class SeedMemories:
         """The memory ``method`` asks (its own, else the shared one, else ``None``)."""
         return self.by_method.get(method)
 
-    def begin_batch(self, batch: list[Example]) -> None:
-        for memory in self._memories:
+    def _pending(self, task: str, batch_number: int) -> list[Any]:
+        """The memories that have not observed ``(task, batch_number)`` yet."""
+        return [m for m in self._memories if batch_number not in observed_batches(m.extra, task)]
+
+    def begin_batch(self, batch: list[Example], task: str, batch_number: int) -> None:
+        """Prepare the memories that will observe this batch (the others are past it: a resumed partial batch)."""
+        for memory in self._pending(task, batch_number):
             memory.begin_batch(batch)
 
     def annotate(self, rows: list[dict[str, Any]], batch_number: int) -> None:
@@ -176,12 +201,18 @@ class SeedMemories:
         rows: list[dict[str, Any]],
         shared_traces: dict[str, dict[str, Any]],
         method_traces: dict[str, list[Any]],
+        *,
+        task: str,
+        batch_number: int,
     ) -> None:
-        """Each memory observes its method's finished questions, consolidates, and is saved."""
+        """Each memory that has not observed this batch and whose observed method ran observes its finished
+        questions, consolidates, records ``(task, batch_number)`` as observed, and is saved."""
         from .replay import prefix
 
-        for memory in self._memories:
+        for memory in self._pending(task, batch_number):
             method = self.observer[id(memory)]
+            if method not in rows[0]["methods"]:
+                continue
             for i, (ex, row) in enumerate(zip(batch, rows, strict=True)):
                 record = row["methods"][method]
                 own = method_traces.get(method, [None] * len(batch))[i]
@@ -201,6 +232,9 @@ class SeedMemories:
                     )
                 )
             memory.end_batch()
+            memory.extra.setdefault("observed", {}).setdefault(task, []).append(batch_number)
+            if self.fingerprint[id(memory)] is not None:
+                memory.extra["fingerprint"] = self.fingerprint[id(memory)]
             folder = memory.save(self.folders[id(memory)])
             write_summary(memory, folder)
 
@@ -257,6 +291,89 @@ def read_summaries(output_dir: Path) -> dict[str, Any]:
 def _public(record: dict[str, Any]) -> dict[str, Any]:
     """A method record without the fields that carry grading (a memory gets correctness from ``outcome``)."""
     return {k: v for k, v in record.items() if k not in ("correct", "covered")}
+
+
+def saved_fingerprint(folder: Path) -> str | None:
+    """The settings fingerprint a memory folder was saved under (``None``: no folder or none recorded)."""
+    from metamod.errors import load_json
+
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        return None
+    return (load_json(manifest, what="memory manifest").get("extra") or {}).get("fingerprint")
+
+
+def observed_batches(extra: dict[str, Any], task: str) -> set[int]:
+    """The memory batches of ``task`` a memory has observed (from its saved ``extra``)."""
+    return {int(b) for b in (extra.get("observed") or {}).get(task, [])}
+
+
+def memory_plan(config: Any, memory_config: Any, seed: int) -> list[tuple[str, str, list[str]]]:
+    """``(folder name, observed method, methods it serves)`` for every memory of one seed.
+
+    >>> from metamod.evaluate.config import EvalConfig
+    >>> memory_plan(EvalConfig(methods=["mro", "mc2"], reference_method="mro"), None, 0)
+    [('memory-seed0-mc2', 'mc2', ['mc2'])]
+    """
+    plan = []
+    own = {m: own_memory(m)[0] for m in config.methods}
+    if memory_config is not None and memory_config.memory not in (None, "none"):
+        served = [m for m in config.methods if not own[m]]
+        if served:
+            observer = config.reference_method if config.reference_method in config.methods else config.methods[0]
+            plan.append((SHARED.format(seed=seed), observer, served))
+    plan += [(OWN.format(seed=seed, method=m), m, [m]) for m in config.methods if own[m]]
+    return plan
+
+
+def add_unobserved_cells(
+    missing: dict[tuple[str, int, str], tuple[str, ...]],
+    output_dir: Path,
+    config: Any,
+    memory_config: Any,
+    examples: dict[str, list[Example]],
+    fingerprints: dict[str, str] | None = None,
+) -> int:
+    """Mark for recomputation the cells of every question whose memory batch a memory has not observed.
+
+    A run writes a batch's rows, then saves each memory: a crash in between leaves rows whose batch the memory
+    never learned from. Those cells (of the methods that memory serves, and of the method it observes) are
+    computed again from the memory's saved state, which is exactly the state they were first computed with; the
+    new rows supersede the old ones. A memory saved under other settings (``fingerprints``: the shared memory's
+    under :data:`SHARED_KEY`, a method's own under the method's name) starts afresh, so all its cells are redone.
+    Returns the number of cells added.
+    """
+    from metamod.errors import load_json
+
+    added = 0
+    cfg = memory_config if memory_config is not None else _default_memory_config()
+    for seed in config.seeds:
+        for folder, observer, served in memory_plan(config, memory_config, seed):
+            manifest = output_dir / folder / "manifest.json"
+            extra = (load_json(manifest, what="memory manifest").get("extra") or {}) if manifest.is_file() else {}
+            expected = (fingerprints or {}).get(SHARED_KEY if folder == SHARED.format(seed=seed) else observer)
+            if extra.get("fingerprint") not in (None, expected):
+                extra = {}  # saved under other settings: it will start afresh, so every batch is to do again
+            methods = [m for m in config.methods if m in served or m == observer]
+            for task, exs in examples.items():
+                seen = observed_batches(extra, task)
+                size = cfg.batch_size_for(len(exs))
+                for number, ex in enumerate(exs):
+                    if number // size in seen:
+                        continue
+                    key = (task, seed, ex.id)
+                    have = missing.get(key, ())
+                    need = tuple(m for m in config.methods if m in have or m in methods)
+                    if need != have:
+                        added += len(need) - len(have)
+                        missing[key] = need
+    return added
+
+
+def _default_memory_config() -> Any:
+    from metamod.memory import MemoryConfig
+
+    return MemoryConfig()
 
 
 def batch_numbers(task_examples: list[Example], size: int) -> dict[str, int]:

@@ -289,6 +289,8 @@ class BaseMemory(ABC):
         self.pending: list[dict[str, Any]] = []
         self._served: dict[tuple, Guidance] = {}
         self._prepared: set[str] = set()
+        #: caller's bookkeeping saved with the state (the eval harness records the batches observed here)
+        self.extra: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ protocol
     def begin_batch(self, examples: Sequence[Example]) -> None:
@@ -403,6 +405,7 @@ class BaseMemory(ABC):
             "pending": self.pending,
             "served": [[list(k), list(g.item_ids), g.text] for k, g in self._served.items()],
             "prepared": sorted(self._prepared),
+            "extra": self.extra,
             "state": self.state_dict(),
             "arrays": array_file,
         }
@@ -449,6 +452,7 @@ class BaseMemory(ABC):
                 for k, ids, text in payload.get("served", [])
             }
             self._prepared = {str(i) for i in payload.get("prepared", [])}
+            self.extra = dict(payload.get("extra") or {})
         except (TypeError, ValueError) as err:
             raise ValueError(f"{path}: memory state is malformed: {err}") from err
         self.load_state_dict(payload.get("state") or {})

@@ -103,15 +103,29 @@ class HashingEmbedder:
         common = {"n_features": half, "alternate_sign": False, "norm": "l2", "lowercase": True, "dtype": np.float32}
         self._word = HashingVectorizer(analyzer="word", ngram_range=self.word_ngram_range, **common)
         self._char = HashingVectorizer(analyzer="char_wb", ngram_range=self.char_ngram_range, **common)
+        self._cache: dict[str, np.ndarray] = {}
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts`` (see :class:`Embedder`)."""
+        """Embed ``texts`` (see :class:`Embedder`).
+
+        Rows are cached per text (a text always embeds to the same row, so the cache changes nothing but time:
+        memories re-embed the same questions and lessons every batch); at most :attr:`CACHE_SIZE` texts are kept.
+        """
         texts = _check_texts(texts)
         if not texts:
             return np.zeros((0, self.n_features), dtype=np.float32)
-        words = self._word.transform(texts).toarray()
-        chars = self._char.transform(texts).toarray() * self.char_weight
-        return l2_normalise(np.hstack([words, chars]))
+        new = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if new:
+            words = self._word.transform(new).toarray()
+            chars = self._char.transform(new).toarray() * self.char_weight
+            rows = l2_normalise(np.hstack([words, chars]))
+            if len(self._cache) + len(new) > self.CACHE_SIZE:
+                self._cache.clear()
+            self._cache.update(zip(new, rows, strict=True))
+        return np.stack([self._cache[t] for t in texts]).astype(np.float32, copy=True)
+
+    #: most texts whose rows are kept (the cache is cleared when it would grow past this)
+    CACHE_SIZE = 50_000
 
     def spec(self) -> dict[str, Any]:
         return {

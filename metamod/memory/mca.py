@@ -276,12 +276,19 @@ class MetaCognitiveAccumulator(BaseMemory):
         return sorted(pool, key=lambda item: (-item.batch, int(item.id.rsplit(".", 1)[1])))
 
     def retrieve(self, question: str, role: str, query: np.ndarray | None = None) -> list[Lesson]:
-        """Top-k committed lessons of ``role`` within the window for ``question`` (Eq. 12; fewer when fewer exist)."""
+        """Top-k committed lessons of ``role`` within the window for ``question`` (Eq. 12; fewer when fewer exist).
+
+        ``query`` is the question's embedding when the caller has it (``prepare`` embeds a batch at once).
+        """
         pool = self.window_lessons(role, self.batch_index - 1)
         if not pool:
             return []
         if query is None:
             query = self.embedder.embed([question])[0]
+        missing = [item for item in pool if item.serialised() not in self._vectors]
+        if missing:  # one embedding call for every lesson not seen yet
+            for item, vec in zip(missing, self.embedder.embed([m.serialised() for m in missing]), strict=True):
+                self._vectors[item.serialised()] = vec
         scores = np.stack([self._vector(item) for item in pool]) @ query
         return [pool[i] for i, _ in top_k_scores(scores, self.options.top_k)]
 
@@ -290,9 +297,13 @@ class MetaCognitiveAccumulator(BaseMemory):
         """Retrieve and compose every enabled role's guidance for ``examples`` (one batched composer call)."""
         jobs: list[ComposeJob] = []
         policies = {role: base_policy(role) for role in self.options.roles}
-        for ex in {e.id: e for e in examples}.values():
+        unique = list({e.id: e for e in examples}.values())
+        has_lessons = any(self.window_lessons(role, self.batch_index - 1) for role in self.options.roles)
+        # one embedding call for the whole batch (a call per question costs ~1000x more in fixed overhead)
+        queries = self.embedder.embed([ex.prompt_text() for ex in unique]) if unique and has_lessons else None
+        for i, ex in enumerate(unique):
             question = ex.prompt_text()
-            query = self.embedder.embed([question])[0]
+            query = queries[i] if queries is not None else None
             entry: dict[str, dict[str, Any]] = {}
             material: dict[str, RoleMaterial] = {}
             for role in self.options.roles:

@@ -31,7 +31,6 @@ the single agent), and no actions.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -329,7 +328,8 @@ def _reflect_plain(trace: Mapping[str, Any], outcome: Mapping[str, Any], common:
 
 
 def _order_key(r: Reflection) -> tuple:
-    return (r.id, r.method or "", json.dumps(r.to_dict(), sort_keys=True, default=str))
+    """(id, method, content): the content part only matters for the rare duplicate (id, method) pairs."""
+    return (r.id, r.method or "", r.iterations, r.status, r.outcome, repr(sorted(r.trajectories.items())))
 
 
 def select(

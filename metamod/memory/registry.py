@@ -167,8 +167,8 @@ class MemoryConfig:
             raise ValueError(f"memory_temperature must be >= 0, got {self.memory_temperature}")
         if self.memory_max_tokens < 1:
             raise ValueError(f"memory_max_tokens must be >= 1, got {self.memory_max_tokens}")
-        if self.memory not in (None, "none"):
-            parse_memory_options(self.memory, self.memory_options)
+        if self.memory not in (None, "none"):  # the chosen memory's values; keys of other memories in use are
+            parse_memory_options(self.memory, self.options_for(self.memory))  # checked by check_memory_options
 
     def options_for(self, name: str, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Options of memory ``name``: ``defaults`` updated with the ``memory_options`` keys that memory has.
@@ -266,5 +266,7 @@ def build_memory_from_config(
             )
     if source is not None:
         memory.load(source)
-        logger.info("memory %s resumed from %s", name, source)
+        if state is None or source != Path(state):
+            memory.extra = {}  # a warm start: the caller's bookkeeping belongs to the other run
+        logger.info("memory %s %s from %s", name, "resumed" if memory.extra else "loaded", source)
     return memory
