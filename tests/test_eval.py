@@ -224,7 +224,9 @@ def test_mc2_paper_configs_parse(name, model, template_kwargs):
     from metamod.evaluate.build import resolve_models
     from metamod.memory import MemoryConfig
 
-    config, _ = parse_config([EvalConfig, MemoryConfig], ["--config", str(ROOT / "configs" / "eval" / f"{name}.yaml")])
+    config, memory_cfg = parse_config(
+        [EvalConfig, MemoryConfig], ["--config", str(ROOT / "configs" / "eval" / f"{name}.yaml")]
+    )
     assert config.tasks == ["gsm8k", "math500", "theoremqa", "game24"] and config.seeds == [0, 1, 2]
     assert {"tot", "meta_prompting", "meta_reasoner", "ttpi", "reasoner_only", "mro"} <= set(config.methods)
     sizes = {"gsm8k": 1319, "math500": 500, "theoremqa": 800, "game24": 100}
@@ -236,6 +238,28 @@ def test_mc2_paper_configs_parse(name, model, template_kwargs):
         config.task_config(task)
     agent = resolve_models(config)["agent"]
     assert (agent.backend, agent.model, agent.chat_template_kwargs) == ("vllm", model, template_kwargs)
+    # the MC2 ablation rows (table 2) and Buffer-of-Thought, with the backbone as memory LLM (the same engine)
+    from metamod.evaluate.memories import memory_llm_spec, needs_memory_llm
+
+    assert {"reasoner_updates", "mro_micro", "mc2", "bot"} <= set(config.methods)
+    assert needs_memory_llm(config.methods, memory_cfg)
+    spec = memory_llm_spec(memory_cfg)
+    assert (spec.backend, spec.model, spec.chat_template_kwargs) == ("vllm", model, template_kwargs)
+    assert memory_cfg.memory_batch_size is None and memory_cfg.batch_size_for(500) == 50
+
+
+@pytest.mark.parametrize("name", ["mc2_sim", "mc2_smol"])
+def test_mc2_cpu_configs_parse(name):
+    from metamod.evaluate.memories import memories_in_use
+    from metamod.memory import MemoryConfig
+    from metamod.memory.registry import check_memory_options
+
+    config, memory_cfg = parse_config(
+        [EvalConfig, MemoryConfig], ["--config", str(ROOT / "configs" / "eval" / f"{name}.yaml")]
+    )
+    assert {"reasoner_only", "reasoner_updates", "mro", "mro_micro", "mc2"} <= set(config.methods)
+    check_memory_options(memory_cfg, memories_in_use(config.methods, memory_cfg))
+    assert memory_cfg.memory == "none" and memory_cfg.memory_batch_size is None
 
 
 def test_chat_template_kwargs_reach_the_backend_and_bad_keys_are_refused():

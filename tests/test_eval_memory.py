@@ -197,3 +197,26 @@ def test_methods_can_be_added_to_a_run_with_own_memories_and_changed_options_res
     after = _manifest(tmp_path / "grow" / "memory-seed0-mc2")
     assert after["config"]["top_k"] == 1 and after["extra"]["observed"] == {"arith": [0, 1]}
     assert all(len([i for i in r["methods"]["mc2"]["memory_items"] if i.startswith("L")]) <= 3 for r in redone)
+
+
+def test_memory_llm_tokens_are_counted_on_the_methods_it_serves(tiny_model_dir, tmp_path):
+    """The MCA writing with a real (tiny, random) memory LLM: its replies fall back, its tokens are charged."""
+    cfg = MemoryConfig(
+        memory_backend="hf",
+        memory_model=str(tiny_model_dir),
+        memory_backend_options={"device": "cpu"},
+        memory_max_tokens=8,
+        memory_options={"compose": False},
+    )
+    doc = evaluate(_config(tmp_path, "llm", ["reasoner_only", "reasoner_updates"]), cfg)
+    rows = _rows(tmp_path / "llm")
+    assert all("memory_prompt" not in r["methods"]["reasoner_only"]["tokens"] for r in rows)
+    first, second = rows[:10], rows[10:]
+    assert sum(r["methods"]["reasoner_updates"]["tokens"]["memory_prompt"] for r in first) == 0, "cold start"
+    spent = sum(r["methods"]["reasoner_updates"]["tokens"]["memory_completion"] for r in second)
+    assert spent > 0, "batch 1 pays for the distillation after batch 0"
+    stats = doc["memories"]["memory-seed0-reasoner_updates"]["stats"]["totals"]
+    assert stats["distill_calls"] == 2  # one batched call per batch
+    res = doc["results"]["arith"]
+    assert res["reasoner_updates"]["memory_completion_tokens_per_question"] == spent / 20
+    assert res["reasoner_updates"]["tokens_per_question"] > res["reasoner_only"]["tokens_per_question"]

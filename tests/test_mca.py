@@ -11,8 +11,9 @@ import pytest
 from metamod.llm.base import Generation
 from metamod.memory.base import GuidanceRequest, Observation
 from metamod.memory.mca import MCAOptions, MetaCognitiveAccumulator, guidance_relevance
+from metamod.memory.mca_parse import parse_lessons, parse_rules
 from metamod.memory.mca_reflect import Reflection, reflect, select
-from metamod.memory.mca_writers import KnowledgeItem, Lesson, parse_lessons, parse_rules
+from metamod.memory.mca_writers import KnowledgeItem, Lesson
 from metamod.rollout.mro_traces import example_mro_trace, validate_mro_trace
 from metamod.tasks.base import Example
 

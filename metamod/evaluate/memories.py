@@ -141,13 +141,14 @@ class SeedMemories:
         self.by_method: dict[str, Any] = {}
         self.observer: dict[int, str] = {}  # id(memory) -> the method whose questions it observes
         self._memories: list[Any] = []
+        self._counters: list[TokenCounter | None] = []
         prints = dict(fingerprints or {})
         if config.memory not in (None, "none"):
             folder = output_dir / SHARED.format(seed=seed)
             observer = reference if reference in every else every[0]
             fp = prints.get(SHARED_KEY)
             state = folder if saved_fingerprint(folder) in (None, fp) else None
-            self.shared = build_memory_from_config(config, llm=llm, seed=seed, state=state)
+            self.shared = build_memory_from_config(config, llm=self._counted(llm), seed=seed, state=state)
             self._add(self.shared, folder, observer, fp)
         for method in methods:
             name, defaults = own_memory(method)
@@ -157,11 +158,19 @@ class SeedMemories:
                 state = folder if saved_fingerprint(folder) in (None, fp) else None
                 if state is None:
                     logger.warning("%s was saved with other settings of %s; starting it afresh", folder, method)
-                memory = build_memory_from_config(config, name=name, defaults=defaults, llm=llm, seed=seed, state=state)
+                memory = build_memory_from_config(
+                    config, name=name, defaults=defaults, llm=self._counted(llm), seed=seed, state=state
+                )
                 self._add(memory, folder, method, fp)
                 self.by_method[method] = memory
             elif self.shared is not None:
                 self.by_method[method] = self.shared
+
+    def _counted(self, llm: Any) -> Any:
+        """A token-counting view of the memory LLM for the memory about to be built (``None`` stays ``None``)."""
+        counter = TokenCounter(llm) if llm is not None else None
+        self._counters.append(counter)
+        return counter
 
     def _add(self, memory: Any, folder: Path, observer: str, fingerprint: str | None) -> None:
         self._memories.append(memory)
@@ -187,13 +196,27 @@ class SeedMemories:
             memory.begin_batch(batch)
 
     def annotate(self, rows: list[dict[str, Any]], batch_number: int) -> None:
-        """Add ``memory_batch`` to each row and ``memory_items`` to each method record that had a memory."""
-        for row in rows:
+        """Add ``memory_batch`` to each row, and to each method record that had a memory ``memory_items`` and the
+        memory LLM's tokens (``tokens.memory_prompt`` / ``memory_completion``).
+
+        A memory's tokens since the last batch (its consolidation after the previous batch and its preparation of
+        this one: what this batch's guidance cost) are split evenly over the batch's questions and added to every
+        method it serves; the consolidation after the last batch serves no question and is not counted.
+        """
+        spent = {}
+        for memory, counter in zip(self._memories, self._counters, strict=True):
+            spent[id(memory)] = counter.take() if counter is not None else (0, 0)
+        for i, row in enumerate(rows):
             row["memory_batch"] = batch_number
             for method, record in row["methods"].items():
                 memory = self.for_method(method)
-                if memory is not None:
-                    record["memory_items"] = memory.served_ids(row["id"], method)
+                if memory is None:
+                    continue
+                record["memory_items"] = memory.served_ids(row["id"], method)
+                prompt, completion = spent[id(memory)]
+                tokens = record.setdefault("tokens", {})
+                tokens["memory_prompt"] = _share(prompt, len(rows), i)
+                tokens["memory_completion"] = _share(completion, len(rows), i)
 
     def observe_and_save(
         self,
@@ -237,6 +260,38 @@ class SeedMemories:
                 memory.extra["fingerprint"] = self.fingerprint[id(memory)]
             folder = memory.save(self.folders[id(memory)])
             write_summary(memory, folder)
+
+
+class TokenCounter:
+    """Delegates to a generator and counts the prompt and completion tokens of every ``chat`` call."""
+
+    def __init__(self, generator: Any) -> None:
+        self.generator = generator
+        self.prompt = self.completion = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.generator, name)
+
+    def chat(self, conversations: Any, sampling: Any) -> Any:
+        outputs = self.generator.chat(conversations, sampling)
+        self.prompt += sum(int(g.prompt_tokens) for g in outputs)
+        self.completion += sum(int(g.completion_tokens) for g in outputs)
+        return outputs
+
+    def take(self) -> tuple[int, int]:
+        """The tokens counted since the last call, then reset."""
+        out = (self.prompt, self.completion)
+        self.prompt = self.completion = 0
+        return out
+
+
+def _share(total: int, n: int, i: int) -> int:
+    """Question ``i``'s share of ``total`` split over ``n`` (integers summing to ``total``).
+
+    >>> [_share(10, 3, i) for i in range(3)]
+    [4, 3, 3]
+    """
+    return total // n + (1 if i < total % n else 0)
 
 
 SUMMARY = "summary.json"

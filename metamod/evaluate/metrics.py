@@ -3,7 +3,8 @@
 A *record* is one method's outcome on one question (the ``methods[name]`` entry of a ``samples.jsonl`` row):
 ``correct`` (bool), ``covered`` (gold among the debaters' answers in rounds ``0..stop``), ``rounds`` (rounds
 played, ``None`` for single-agent baselines), ``tokens`` (``debater_prompt``, ``debater_completion``,
-``moderator_prompt``, ``moderator_completion``), ``valid`` (list of the moderator calls' format validity) and
+``moderator_prompt``, ``moderator_completion``, and with a memory LLM ``memory_prompt``, ``memory_completion``),
+``valid`` (list of the moderator calls' format validity) and
 ``decisions`` (per-round decision dicts; ``lenient`` marks a forced final answer read from a format-invalid output).
 
 Identities (checked in tests): ``correct = correct_with_coverage + correct_without_coverage`` and
@@ -28,7 +29,14 @@ from typing import Any
 #: z for a two-sided 95% interval
 Z95 = 1.959963984540054
 
-TOKEN_KEYS = ("debater_prompt", "debater_completion", "moderator_prompt", "moderator_completion")
+TOKEN_KEYS = (
+    "debater_prompt",
+    "debater_completion",
+    "moderator_prompt",
+    "moderator_completion",
+    "memory_prompt",
+    "memory_completion",
+)
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:

@@ -52,6 +52,7 @@ import numpy as np
 from metamod.llm.base import SamplingConfig
 from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions
 from metamod.memory.embed import Embedder, build_embedder, top_k_scores
+from metamod.memory.mca_parse import remove_question, word_count
 from metamod.memory.mca_reflect import ROLE_STREAM, STREAMS, Reflection, reflect, select
 from metamod.memory.mca_writers import (
     ComposeJob,
@@ -62,8 +63,6 @@ from metamod.memory.mca_writers import (
     LLMWriter,
     RoleMaterial,
     RuleWriter,
-    remove_question,
-    word_count,
 )
 from metamod.prompts import render
 from metamod.tasks.base import Example
