@@ -1,5 +1,5 @@
-"""Shared test settings: one torch thread (2-core machines thrash otherwise), offline hubs, no trackers; and the
-one tiny model of the session (``tiny_model_dir``)."""
+"""Shared test settings: one torch thread (2-core machines thrash otherwise), offline hubs, no trackers, no prompts
+file leaking between tests; and the one tiny model of the session (``tiny_model_dir``)."""
 
 import os
 import shutil
@@ -16,6 +16,21 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _prompts_file_does_not_leak():
+    """A test that parses a config naming a prompts file (``prompts:``) activates it process-wide; restore the
+    prompts in effect before the test, so later tests see the shipped templates."""
+    from metamod.prompts import PROMPTS_ENV, PROMPTS_FROM_CLI_ENV
+
+    saved = {k: os.environ.get(k) for k in (PROMPTS_ENV, PROMPTS_FROM_CLI_ENV)}
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def _listing(folder: Path) -> dict[str, tuple[int, int]]:
