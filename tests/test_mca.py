@@ -16,22 +16,9 @@ from metamod.memory.mca_reflect import Reflection, reflect, select
 from metamod.memory.mca_writers import KnowledgeItem, Lesson
 from metamod.rollout.mro_traces import example_mro_trace, validate_mro_trace
 from metamod.tasks.base import Example
+from tests._memory_data import CAPITAL, PENS, PENS2, TRAIN, TRAIN2, NoGoldExample
 
 GOLD = "GOLD-XYZZY-77"
-PENS = "A shop packs 12 pens in each box. Mia buys 3 boxes of pens. How many pens does Mia have?"
-PENS2 = "A shop packs 12 pens in each box. Mia buys 5 boxes of pens. How many pens does Mia have?"
-TRAIN = "A train travels at 60 km per hour for 2 hours. How far does the train go?"
-TRAIN2 = "A train travels at 80 km per hour for 3 hours. How far does the train go?"
-CAPITAL = "Which city is the capital of France?"
-
-
-class NoGoldExample(Example):
-    """An example whose gold cannot be read: any access fails the test."""
-
-    def __getattribute__(self, name):
-        if name == "gold":
-            raise AssertionError("the memory read example.gold")
-        return super().__getattribute__(name)
 
 
 def ex(id_: str, question: str) -> NoGoldExample:

@@ -20,6 +20,7 @@ from metamod.memory import (
 from metamod.memory.base import GuidanceRequest, Observation
 from metamod.memory.distill import RuleDistiller, trace_facts
 from metamod.tasks.base import Example
+from tests._memory_data import CAPITAL, PENS, PENS2, TRAIN, TRAIN2, NoGoldExample
 
 EMB = {"n_features": 512}
 
@@ -62,21 +63,6 @@ def outcome(correct: bool, final: str | None, method: str = "debate") -> dict:
 AGREE = debate([["7", "7", "7"], ["7", "7", "7"]], [1, 1])  # stop-at-agreement / keep-agreed-answer
 DRIFT = debate([["7", "7", "7"], ["7", "9", "9"], ["9", "9", "9"]], [1, 1, 0])  # stop-before-drift / resist-late-drift
 SINGLE_BAD = {"answer": None, "text": "no tags"}  # answer-format / decision-format / recheck-steps
-
-PENS = "A shop packs 12 pens in each box. Mia buys 3 boxes of pens. How many pens does Mia have?"
-PENS2 = "A shop packs 12 pens in each box. Mia buys 5 boxes of pens. How many pens does Mia have?"
-TRAIN = "A train travels at 60 km per hour for 2 hours. How far does the train go?"
-TRAIN2 = "A train travels at 80 km per hour for 3 hours. How far does the train go?"
-CAPITAL = "Which city is the capital of France?"
-
-
-class NoGoldExample(Example):
-    """An example whose gold cannot be read: any access fails the test."""
-
-    def __getattribute__(self, name):
-        if name == "gold":
-            raise AssertionError("guidance() read example.gold")
-        return super().__getattribute__(name)
 
 
 # ---------------------------------------------------------------- protocol

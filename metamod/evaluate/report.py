@@ -102,14 +102,12 @@ def _batch_table(
 ) -> list[str]:
     """Accuracy per memory batch (the "improves with experience" curve as numbers), when the run had a memory."""
     rows = []
-    for m in methods:
-        for task, by_method in results.items():
-            r = by_method.get(m)
-            if r is None or not r.get("accuracy_by_batch"):
-                continue
-            curve = " · ".join("-" if a is None else _pct(a) for a in r["accuracy_by_batch"])
-            items = f"{r['memory_items_per_question']:.1f}" if "memory_items_per_question" in r else "-"
-            rows.append(f"| {labels.get(m, m)} | {task} | {curve} | {items} |")
+    for m, task, r in _cells(results, methods, "accuracy_by_batch"):
+        if not r["accuracy_by_batch"]:
+            continue
+        curve = " · ".join("-" if a is None else _pct(a) for a in r["accuracy_by_batch"])
+        items = f"{r['memory_items_per_question']:.1f}" if "memory_items_per_question" in r else "-"
+        rows.append(f"| {labels.get(m, m)} | {task} | {curve} | {items} |")
     if not rows:
         return []
     return [
@@ -119,6 +117,18 @@ def _batch_table(
         "| Method | Task | batch 1 · 2 · ... (pooled over seeds) | memory items per question |",
         "|---|---|---|---|",
         *rows,
+    ]
+
+
+def _cells(
+    results: Mapping[str, Mapping[str, Mapping[str, Any]]], methods: list[str], key: str
+) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """``(method, task, metrics)`` for every method (in order) and task whose metrics have ``key``."""
+    return [
+        (m, task, by_method[m])
+        for m in methods
+        for task, by_method in results.items()
+        if m in by_method and key in by_method[m]
     ]
 
 
@@ -137,23 +147,17 @@ def _mro_table(
 ) -> list[str]:
     """The MRO loop table (iterations, actions per iteration, control accuracy, seed spread), when any method ran it."""
     rows = []
-    for m in methods:
-        for task, by_method in results.items():
-            r = by_method.get(m)
-            if r is None or "mean_iterations" not in r:
-                continue
-            control = _pct(r["control_accuracy"]) if r.get("control_accuracy") is not None else "-"
-            spread = (
-                f"{_pct(r['accuracy_seed_mean'])} ± {_pct(r['accuracy_seed_std'])}"
-                if "accuracy_seed_mean" in r
-                else "-"
-            )
-            statuses = ", ".join(f"{k} {v}" for k, v in sorted(r.get("status_counts", {}).items()))
-            fallbacks = sum(r.get("parse_fallbacks", {}).values())
-            rows.append(
-                f"| {labels.get(m, m)} | {task} | {r['mean_iterations']:.2f} | "
-                f"{_shares(r['action_shares_by_iteration'])} | {control} | {spread} | {statuses} | {fallbacks} |"
-            )
+    for m, task, r in _cells(results, methods, "mean_iterations"):
+        control = _pct(r["control_accuracy"]) if r.get("control_accuracy") is not None else "-"
+        spread = (
+            f"{_pct(r['accuracy_seed_mean'])} ± {_pct(r['accuracy_seed_std'])}" if "accuracy_seed_mean" in r else "-"
+        )
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(r.get("status_counts", {}).items()))
+        fallbacks = sum(r.get("parse_fallbacks", {}).values())
+        rows.append(
+            f"| {labels.get(m, m)} | {task} | {r['mean_iterations']:.2f} | "
+            f"{_shares(r['action_shares_by_iteration'])} | {control} | {spread} | {statuses} | {fallbacks} |"
+        )
     if not rows:
         return []
     return [
