@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "bench_sim_throughput": [],
     "bench_engine_overhead": [],
     "bench_mro_engine": [],
+    "bench_mca": [],
     "bench_train_overhead": [],
     "bench_shared_transcripts": [],
     "bench_learns": [],

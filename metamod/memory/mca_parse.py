@@ -190,6 +190,8 @@ def parse_rules(text: str) -> list[str]:
     ['Check units.']
     >>> parse_rules("- 1. Check the units.\\n- 2. Check the units.")
     ['Check the units.']
+    >>> parse_rules("- Tips so far:\\n- Check the units.")
+    ['Check the units.']
     >>> parse_rules("no list here")
     []
     """
@@ -215,7 +217,7 @@ def parse_rules(text: str) -> list[str]:
     seen: set[str] = set()
     for rule in rules:
         key = rule.casefold()
-        if len(rule.split()) >= 2 and key not in seen:
+        if len(rule.split()) >= 2 and key not in seen and not rule.endswith(":"):  # "Rules so far:" is a header
             seen.add(key)
             out.append(rule)
     return out
