@@ -257,7 +257,7 @@ def test_mc2_cpu_configs_parse(name):
     config, memory_cfg = parse_config(
         [EvalConfig, MemoryConfig], ["--config", str(ROOT / "configs" / "eval" / f"{name}.yaml")]
     )
-    assert {"reasoner_only", "reasoner_updates", "mro", "mro_micro", "mc2"} <= set(config.methods)
+    assert {"reasoner_only", "reasoner_updates", "mro", "mc2", "bot"} <= set(config.methods)
     check_memory_options(memory_cfg, memories_in_use(config.methods, memory_cfg))
     assert memory_cfg.memory == "none" and memory_cfg.memory_batch_size is None
 
