@@ -86,3 +86,17 @@ def test_sentence_transformers_never_downloads(tmp_path):
         SentenceTransformerEmbedder(model_path=None)
     with pytest.raises(FileNotFoundError, match="not found"):
         SentenceTransformerEmbedder(model_path="sentence-transformers/all-MiniLM-L6-v2")
+
+
+def test_hashing_char_features_equal_scikit_learns_char_wb():
+    """The per-word n-gram cache is a speed-up only: the features are scikit-learn's analyzer="char_wb" ones."""
+    import numpy as np
+
+    from metamod.memory.embed import HashingEmbedder
+
+    emb = HashingEmbedder(n_features=512)
+    texts = ["Tom has 3 apples  and\\tbuys 4 MORE.", "Ünïcode wörds, punctuation!? and   spaces", "", "x"]
+    ours = emb._char.transform(texts).toarray()
+    reference = emb._char_wb.transform(texts).toarray()
+    assert np.array_equal(ours, reference)
+    assert np.array_equal(emb.embed(texts), emb.embed(list(reversed(texts)))[::-1])

@@ -102,7 +102,12 @@ class HashingEmbedder:
         half = self.n_features // 2
         common = {"n_features": half, "alternate_sign": False, "norm": "l2", "lowercase": True, "dtype": np.float32}
         self._word = HashingVectorizer(analyzer="word", ngram_range=self.word_ngram_range, **common)
-        self._char = HashingVectorizer(analyzer="char_wb", ngram_range=self.char_ngram_range, **common)
+        # scikit-learn's own char_wb n-grams, computed once per distinct word (questions repeat their words: this
+        # is ~2x faster and gives the same features as analyzer="char_wb"; tests compare the two)
+        self._char_wb = HashingVectorizer(analyzer="char_wb", ngram_range=self.char_ngram_range, **common)
+        self._word_grams: dict[str, tuple[str, ...]] = {}
+        common_no_case = {k: v for k, v in common.items() if k != "lowercase"}
+        self._char = HashingVectorizer(analyzer=self._char_ngrams, **common_no_case)
         self._cache: dict[str, np.ndarray] = {}
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -126,6 +131,18 @@ class HashingEmbedder:
 
     #: most texts whose rows are kept (the cache is cleared when it would grow past this)
     CACHE_SIZE = 50_000
+
+    def _char_ngrams(self, text: str) -> list[str]:
+        """The character n-grams (within word boundaries) of ``text``, as ``analyzer="char_wb"`` makes them."""
+        out: list[str] = []
+        for word in text.lower().split():
+            grams = self._word_grams.get(word)
+            if grams is None:
+                if len(self._word_grams) >= self.CACHE_SIZE:
+                    self._word_grams.clear()
+                grams = self._word_grams[word] = tuple(self._char_wb._char_wb_ngrams(word))
+            out.extend(grams)
+        return out
 
     def spec(self) -> dict[str, Any]:
         return {

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from metamod.llm.base import SamplingConfig
-from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions
+from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
 from metamod.memory.embed import Embedder, build_embedder, top_k_scores
 from metamod.memory.mca_parse import remove_question, word_count
 from metamod.memory.mca_reflect import ROLE_STREAM, STREAMS, Reflection, reflect, select
@@ -375,6 +375,26 @@ class MetaCognitiveAccumulator(BaseMemory):
                 }
             )
         return Guidance(text=entry["text"], item_ids=tuple(entry["item_ids"]))
+
+    def record(self, observation: Observation) -> dict[str, Any]:
+        """The queued record keeps only what the reflections read (C.1) of an MRO trace: no solution texts, no
+        per-iteration correctness, so the queue and the saved state stay small."""
+        trace = observation.trace
+        if trace.get("loop") == "mro":
+            slim: dict[str, Any] = {
+                k: trace.get(k) for k in ("id", "loop", "max_iterations", "num_iterations", "status")
+            }
+            slim["history"] = [
+                {
+                    "reasoner": {"answer": (h.get("reasoner") or {}).get("answer")},
+                    "monitor": {k: (h.get("monitor") or {}).get(k) for k in ("error_found", "error_step", "error")},
+                    "controller": {k: (h.get("controller") or {}).get(k) for k in ("action", "justification")},
+                }
+                for h in trace.get("history") or []
+                if isinstance(h, Mapping)
+            ]
+            observation = dataclasses.replace(observation, trace=slim)
+        return super().record(observation)
 
     def policy_update(self, example_id: str, role: str) -> dict[str, Any] | None:
         """The composer's record for ``example_id`` and the stream of ``role`` in this batch (``None``: none tried).
