@@ -281,16 +281,20 @@ def missing_cells(
     return missing
 
 
+#: the memory folders a run writes (metamod.evaluate.memories: memory-seed<k>/ and memory-seed<k>-<method>/)
+MEMORY_PATTERNS = ("memory-seed*",)
+
+
 def has_outputs(output_dir: Path) -> bool:
     """Whether ``output_dir`` holds what a resumed evaluation would reuse (samples, cached debates, memory states)."""
     return output_dir.is_dir() and any(
-        any(output_dir.glob(pattern)) for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", "memory-seed*")
+        any(output_dir.glob(pattern)) for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", *MEMORY_PATTERNS)
     )
 
 
 def clear_outputs(output_dir: Path) -> None:
     """Delete what a resumed evaluation would reuse (samples, cached debates, memory states) and the old results."""
-    for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", "memory-seed*", RESULTS_FILE, TABLE_FILE):
+    for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", *MEMORY_PATTERNS, RESULTS_FILE, TABLE_FILE):
         for path in output_dir.glob(pattern):
             logger.info("eval: starting over, deleting %s", path)
             if path.is_dir():

@@ -40,8 +40,6 @@ SHARED = "memory-seed{seed}"
 #: key of the shared memory in the fingerprints passed to :class:`SeedMemories` (methods use their names)
 SHARED_KEY = "<shared>"
 OWN = "memory-seed{seed}-{method}"
-#: glob patterns of every memory folder a run writes (resume / overwrite)
-MEMORY_PATTERNS = ("memory-seed*",)
 
 
 def own_memory(method: str) -> tuple[str | None, dict[str, Any]]:

@@ -250,6 +250,7 @@ class MetaCognitiveAccumulator(BaseMemory):
         self.history: list[dict[str, Any]] = []
         self._current = _counters(0)
         self._vectors: dict[str, np.ndarray] = {}
+        self._windows: dict[tuple[str, int], tuple[list[Lesson], np.ndarray | None]] = {}
 
     # ------------------------------------------------------------------ helpers
     def count_tokens(self, text: str) -> int:
@@ -279,17 +280,25 @@ class MetaCognitiveAccumulator(BaseMemory):
 
         ``query`` is the question's embedding when the caller has it (``prepare`` embeds a batch at once).
         """
-        pool = self.window_lessons(role, self.batch_index - 1)
+        pool, matrix = self._window(role)
         if not pool:
             return []
         if query is None:
             query = self.embedder.embed([question])[0]
-        missing = [item for item in pool if item.serialised() not in self._vectors]
-        if missing:  # one embedding call for every lesson not seen yet
-            for item, vec in zip(missing, self.embedder.embed([m.serialised() for m in missing]), strict=True):
-                self._vectors[item.serialised()] = vec
-        scores = np.stack([self._vector(item) for item in pool]) @ query
-        return [pool[i] for i, _ in top_k_scores(scores, self.options.top_k)]
+        return [pool[i] for i, _ in top_k_scores(matrix @ query, self.options.top_k)]
+
+    def _window(self, role: str) -> tuple[list[Lesson], np.ndarray | None]:
+        """The role's retrievable lessons and their embedding rows, built once per batch (lessons change only at
+        ``end_batch`` and ``load``, which clear this cache)."""
+        key = (role, self.batch_index)
+        if key not in self._windows:
+            pool = self.window_lessons(role, self.batch_index - 1)
+            missing = [item for item in pool if item.serialised() not in self._vectors]
+            if missing:  # one embedding call for every lesson not seen yet
+                for item, vec in zip(missing, self.embedder.embed([m.serialised() for m in missing]), strict=True):
+                    self._vectors[item.serialised()] = vec
+            self._windows[key] = (pool, np.stack([self._vector(item) for item in pool]) if pool else None)
+        return self._windows[key]
 
     # ------------------------------------------------------------------ guidance
     def prepare(self, examples: Sequence[Example]) -> None:
@@ -297,7 +306,7 @@ class MetaCognitiveAccumulator(BaseMemory):
         jobs: list[ComposeJob] = []
         policies = {role: base_policy(role) for role in self.options.roles}
         unique = list({e.id: e for e in examples}.values())
-        has_lessons = any(self.window_lessons(role, self.batch_index - 1) for role in self.options.roles)
+        has_lessons = any(self._window(role)[0] for role in self.options.roles)
         # one embedding call for the whole batch (a call per question costs ~1000x more in fixed overhead)
         queries = self.embedder.embed([ex.prompt_text() for ex in unique]) if unique and has_lessons else None
         for i, ex in enumerate(unique):
@@ -443,6 +452,7 @@ class MetaCognitiveAccumulator(BaseMemory):
         self.lessons = [item for item in self.lessons if item.batch >= keep_from]
         live = {item.serialised() for item in self.lessons}
         self._vectors = {k: v for k, v in self._vectors.items() if k in live}
+        self._windows = {}
         self.composed = {}
         self.guidance_log.sort(key=lambda e: (e["batch"], e["id"], STREAMS.index(e["role"])))
         c["knowledge_items"] = {role: len(self.knowledge[role]) for role in self.options.roles}
@@ -532,6 +542,7 @@ class MetaCognitiveAccumulator(BaseMemory):
         self.lessons, self.knowledge, self.knowledge_batch = lessons, knowledge, batches
         self.composed, self.guidance_log, self.history, self._current = composed, log, history, current
         self._vectors = {}
+        self._windows = {}
 
 
 def guidance_relevance(log: Sequence[Mapping[str, Any]], embedder: Embedder, seed: int = 0) -> list[dict[str, Any]]:
