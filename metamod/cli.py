@@ -28,6 +28,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("metamod.evaluate.harness:main", "evaluate decision layers and baselines on shared debate transcripts"),
     "demo": ("metamod.demo:main", "the whole pipeline on the embedded SmolLM2 model (CPU; --world simulated: fast)"),
     "model": ("metamod.llm.embedded:main", "prepare / locate the embedded SmolLM2-135M-Instruct model (once)"),
+    "mine-behaviours": (
+        "metamod.memory.mine:main",
+        "solve -> reflect -> extract reasoning behaviours -> behaviours.jsonl",
+    ),
+    "fit-cheatsheet": (
+        "metamod.memory.cheatsheet_fit:main",
+        "fit the Bayesian Cheatsheet (PCA, projector, HDP-GMM) on mined behaviours",
+    ),
 }
 
 

@@ -107,9 +107,29 @@ def test_unknown_role_and_bad_outcome_fail_clearly():
 
 
 # ---------------------------------------------------------------- gold never reaches guidance
+class ScriptedTips:
+    """A memory LLM for the memories that cannot run without one: one tip (or reflection) per prompt."""
+
+    def chat(self, conversations, sampling):
+        text = (
+            "HELPFUL: none\nINSIGHT: Recheck each step once.\nADD check: Recheck each step once.\n"
+            "- recheck-steps: Recheck each step once before answering."
+        )
+        return [Generation(text=text) for _ in conversations]
+
+
+#: options that let each memory run with a scripted LLM and no fitted files
+GOLD_TEST_OPTIONS = {
+    "mca": {"writer": "rule"},
+    "bot": {"writer": "rule"},
+    "cheatsheet": {"cold_start": True, "online": True, "organiser": "flat", "embedder": "hashing"},
+}
+
+
 @pytest.mark.parametrize("name", sorted(MEMORIES))
 def test_guidance_never_reads_gold(name):
-    memory = build_memory(name, **({"writer": "rule"} if name in ("mca", "bot") else {}))
+    llm = ScriptedTips() if name in ("dc", "ace", "cheatsheet") else None
+    memory = build_memory(name, llm=llm, **GOLD_TEST_OPTIONS.get(name, {}))
     O(memory, ex("a", PENS, "36"), AGREE, outcome(True, "36"))
     O(memory, ex("b", TRAIN, "120"), DRIFT, outcome(False, "9"))
     memory.end_batch()
@@ -382,7 +402,7 @@ def test_llm_distiller_needs_a_generator():
 
 # ---------------------------------------------------------------- registry and config
 def test_registry_errors():
-    with pytest.raises(KeyError, match="Valid names: behaviour_bank, bot, mca, none"):
+    with pytest.raises(KeyError, match="Valid names: ace, behaviour_bank, bot, cheatsheet, dc, mca, none"):
         build_memory("mc2")
     with pytest.raises(ValueError, match="'top_k' is not an option of memory 'none'"):
         build_memory("none", top_k=3)

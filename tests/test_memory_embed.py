@@ -67,8 +67,8 @@ def test_cosine_top_k_contract():
 
 def test_registry():
     assert isinstance(build_embedder("hashing"), Embedder)
-    assert set(EMBEDDERS) == {"hashing", "sentence-transformers"}
-    with pytest.raises(KeyError, match="Valid names: hashing, sentence-transformers"):
+    assert set(EMBEDDERS) == {"hashing", "lm", "sentence-transformers"}
+    with pytest.raises(KeyError, match="Valid names: hashing, lm, sentence-transformers"):
         build_embedder("openai")
 
 

@@ -279,9 +279,26 @@ def test_bad_file_contents(tmp_path):
 
 
 def test_registry_and_errors():
-    assert set(TASKS) == {"arith", "gsm8k", "math500", "amc", "strategyqa", "mmlu", "theoremqa", "game24", "local"}
+    assert set(TASKS) == {
+        "arith",
+        "gsm8k",
+        "math500",
+        "amc",
+        "strategyqa",
+        "mmlu",
+        "theoremqa",
+        "game24",
+        "local",
+        "aime25",
+        "omni_math",
+        "physreason",
+        "numina_math",
+        "camel_physics",
+    }
     with pytest.raises(
-        KeyError, match="Valid names: amc, arith, game24, gsm8k, local, math500, mmlu, strategyqa, theoremqa"
+        KeyError,
+        match="Valid names: aime25, amc, arith, camel_physics, game24, gsm8k, local, math500, mmlu, numina_math, "
+        "omni_math, physreason, strategyqa, theoremqa",
     ):
         load_task("gsm9k")
     with pytest.raises(ValueError, match=r"Unknown option\(s\) \['levels'\] for task 'gsm8k'. Valid options: "):

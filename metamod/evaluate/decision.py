@@ -457,10 +457,11 @@ DEBATE_LAYERS: dict[str, type[DecisionLayer]] = {
 
 def _all_layers() -> dict[str, type]:
     from .baselines import META_REASONING_BASELINES
+    from .cheatsheet_methods import CHEATSHEET_METHODS
     from .mro_methods import MRO_METHODS
     from .single import SINGLE_AGENT_METHODS
 
-    return {**SINGLE_AGENT_METHODS, **MRO_METHODS, **META_REASONING_BASELINES, **DEBATE_LAYERS}
+    return {**SINGLE_AGENT_METHODS, **MRO_METHODS, **CHEATSHEET_METHODS, **META_REASONING_BASELINES, **DEBATE_LAYERS}
 
 
 #: every evaluation method, debate layers and single-agent baselines: the ONE registry

@@ -69,7 +69,7 @@ from .memories import (
 from .memory_metrics import batch_metrics
 from .metrics import task_metrics
 from .replay import replay, run_live
-from .report import markdown_tables, versions, write_plots
+from .report import markdown_tables, structure_table, versions, write_plots
 
 logger = logging.getLogger(__name__)
 
@@ -509,7 +509,8 @@ def _evaluate(
     atomic_write_json(output_dir / RESULTS_FILE, document, indent=2, sort_keys=False)
     atomic_write_text(
         output_dir / TABLE_FILE,
-        markdown_tables(document["results"], document["labels"], simulated=document["simulated"]),
+        markdown_tables(document["results"], document["labels"], simulated=document["simulated"])
+        + structure_table(document.get("memories", {}), document["labels"]),
     )
     if config.plots and document["results"]:
         write_plots(document["results"], document["labels"], output_dir / "plots", simulated=document["simulated"])

@@ -259,3 +259,48 @@ def write_plots(
     plt.close(fig)
     written.append(path)
     return written
+
+
+def structure_table(memories: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> str:
+    """The cheatsheet memories' structure after the run (paper tables 7, 10, 11): components, births by cause,
+    refits and their mean churn, behaviours by source. "" when no memory of the run reports an organiser.
+
+    >>> stats = {"organiser": "hdp", "components": 9, "births": {"novelty": 2, "sample": 0, "refit": 1},
+    ...          "refits": [{"k_before": 8, "k_after": 9, "churn": 0.04}], "behaviours_by_source": {"corpus": 90},
+    ...          "mined": {"questions": 10, "behaviours": 4, "empty": 7}}
+    >>> print(structure_table({"memory-seed0-bc_refit": {"stats": stats}}, {"bc_refit": "BC-TTT"}).splitlines()[5])
+    | BC-TTT | 0 | hdp | 9 | 2 / 0 / 1 | 1 | 4.0 | 90 / 0 | 7 of 10 |
+    """
+    rows = []
+    for folder, summary in sorted(memories.items()):
+        stats = summary.get("stats") or {}
+        if "organiser" not in stats:
+            continue
+        seed, _, method = folder.removeprefix("memory-seed").partition("-")
+        births = stats.get("births", {})
+        refits = stats.get("refits", [])
+        churn = f"{100 * sum(r['churn'] for r in refits) / len(refits):.1f}" if refits else "-"
+        sources = stats.get("behaviours_by_source", {})
+        mined = stats.get("mined", {})
+        rows.append(
+            f"| {labels.get(method, method or 'shared')} | {seed} | {stats['organiser']} | {stats.get('components', 0)} "
+            f"| {births.get('novelty', 0)} / {births.get('sample', 0)} / {births.get('refit', 0)} | {len(refits)} "
+            f"| {churn} | {sources.get('corpus', 0)} / {sources.get('online', 0)} "
+            f"| {mined.get('empty', 0)} of {mined.get('questions', 0)} |"
+        )
+    if not rows:
+        return ""
+    return (
+        "\n".join(
+            [
+                "",
+                "## Cheatsheet structure after the run",
+                "",
+                "| Method | seed | organiser | K final | births novelty / sample / refit | refits | mean churn (%) "
+                "| behaviours corpus / online | questions with nothing mined |",
+                "|---|---|---|---|---|---|---|---|---|",
+                *rows,
+            ]
+        )
+        + "\n"
+    )

@@ -1,10 +1,13 @@
 """Text embeddings for memories: one ``Embedder.embed(texts) -> np.ndarray`` interface, rows L2-normalised.
 
-Two backends, chosen by name from :data:`EMBEDDERS`:
+Three backends, chosen by name from :data:`EMBEDDERS`:
 
 - ``hashing`` (default, offline): scikit-learn ``HashingVectorizer`` features over word n-grams and character
   n-grams, combined and L2-normalised. It has no fitted state, so a text embeds to the same vector in every
   process and after every save/load, and new texts never change old vectors.
+- ``lm`` (:class:`metamod.memory.lm_embedder.LMEmbedder`): mean-pooled last hidden states of a local causal LM,
+  by default the embedded SmolLM2-135M-Instruct, so the CPU world has a neural encoder; registered by dotted path,
+  so torch is imported only when it is built.
 - ``sentence-transformers``: a local sentence-transformers model directory. Used only when the package is
   installed AND a local path is given; it never downloads anything.
 
@@ -26,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from metamod.registry import resolve
+from metamod.registry import import_dotted, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -214,9 +217,11 @@ class SentenceTransformerEmbedder:
         return {"name": self.name, "model_path": self.model_path}
 
 
-#: embedder name -> class; resolved with :func:`build_embedder`.
-EMBEDDERS: dict[str, type] = {
+#: embedder name -> class, or the dotted path of a class imported only when built (``lm`` needs torch);
+#: resolved with :func:`build_embedder`.
+EMBEDDERS: dict[str, type | str] = {
     "hashing": HashingEmbedder,
+    "lm": "metamod.memory.lm_embedder:LMEmbedder",
     "sentence-transformers": SentenceTransformerEmbedder,
 }
 
@@ -236,16 +241,25 @@ def build_embedder(name: str = "hashing", **options: Any) -> Embedder:
     >>> build_embedder("bert")
     Traceback (most recent call last):
     ...
-    KeyError: "Unknown embedder 'bert'. Valid names: hashing, sentence-transformers (or a dotted path 'package.module:attr')."
+    KeyError: "Unknown embedder 'bert'. Valid names: hashing, lm, sentence-transformers (or a dotted path 'package.module:attr')."
     """
     cls = resolve(EMBEDDERS, name, what="embedder")
+    if isinstance(cls, str):
+        cls = import_dotted(cls)
     return cls(**options)
 
 
 def check_embedder(name: str, model: str | None = None) -> None:
     """Fail with one line when an embedder name is unknown or sentence-transformers has no local model folder.
 
-    >>> check_embedder("hashing")
+    ``lm`` needs no model (its default is the embedded SmolLM2); a model it is given is an alias or a folder.
+
+    >>> check_embedder("hashing"), check_embedder("lm")
+    (None, None)
+    >>> check_embedder("bert")
+    Traceback (most recent call last):
+    ...
+    ValueError: embedder='bert' is not known. Valid names: hashing, lm, sentence-transformers
     >>> check_embedder("sentence-transformers")
     Traceback (most recent call last):
     ...

@@ -5,7 +5,7 @@
 typo or an option of another memory is refused with the valid names.
 
 >>> sorted(MEMORIES)
-['behaviour_bank', 'bot', 'mca', 'none']
+['ace', 'behaviour_bank', 'bot', 'cheatsheet', 'dc', 'mca', 'none']
 >>> build_memory("none").name
 'none'
 >>> build_memory("behaviour_bank", top_k=2).options.top_k
@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metamod.memory.ace import ACEMemory
 from metamod.memory.base import MANIFEST, Memory, NoMemory
 from metamod.memory.behaviour_bank import BehaviourBank
 from metamod.memory.bot import BufferOfThought
+from metamod.memory.cheatsheet import Cheatsheet
+from metamod.memory.dc import DynamicCheatsheet
 from metamod.memory.mca import MetaCognitiveAccumulator
 from metamod.registry import resolve, valid_names_help
 
@@ -39,6 +42,9 @@ MEMORIES: dict[str, type] = {
     "behaviour_bank": BehaviourBank,
     "mca": MetaCognitiveAccumulator,
     "bot": BufferOfThought,
+    "dc": DynamicCheatsheet,
+    "cheatsheet": Cheatsheet,
+    "ace": ACEMemory,
 }
 
 #: The memory LLM's model when none is set: the embedded SmolLM2 (runs on the CPU).

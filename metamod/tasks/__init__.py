@@ -5,7 +5,7 @@
 dataclass that command configs embed to pick a task.
 
 >>> sorted(TASKS)
-['amc', 'arith', 'game24', 'gsm8k', 'local', 'math500', 'mmlu', 'strategyqa', 'theoremqa']
+['aime25', 'amc', 'arith', 'camel_physics', 'game24', 'gsm8k', 'local', 'math500', 'mmlu', 'numina_math', 'omni_math', 'physreason', 'strategyqa', 'theoremqa']
 >>> task = load_task("arith", num_examples=2, seed=3, levels=[1])
 >>> task.name, task.kind, [ex.id for ex in task.examples()]
 ('arith', 'math', ['arith-3-0', 'arith-3-1'])
@@ -35,6 +35,13 @@ from metamod.tasks.benchmarks import (
 )
 from metamod.tasks.config import TaskConfig
 from metamod.tasks.game24 import Game24Task
+from metamod.tasks.reasoning_benchmarks import (
+    AIME25Task,
+    CamelPhysicsTask,
+    NuminaMathTask,
+    OmniMathTask,
+    PhysReasonTask,
+)
 from metamod.tasks.theoremqa import TheoremQATask
 
 __all__ = [
@@ -70,6 +77,12 @@ TASKS: dict[str, type] = {
     "theoremqa": TheoremQATask,
     "game24": Game24Task,
     "local": LocalTask,
+    # the Bayesian Cheatsheet paper's benchmarks and mining corpora (metamod/tasks/reasoning_benchmarks.py)
+    "aime25": AIME25Task,
+    "omni_math": OmniMathTask,
+    "physreason": PhysReasonTask,
+    "numina_math": NuminaMathTask,
+    "camel_physics": CamelPhysicsTask,
 }
 
 

@@ -92,6 +92,27 @@ class TaskConfig:
     task_num_examples: int | None = field(
         default=None, metadata={"help": "arith and generated game24: length of the generated stream (None: 1000)."}
     )
+    task_variant: str | None = field(
+        default=None, metadata={"help": "physreason only: full (1,200 problems) or mini (200)."}
+    )
+    task_sub_questions: str | None = field(
+        default=None, metadata={"help": "physreason only: all (one question per sub-question) or last."}
+    )
+    task_use_captions: bool | None = field(
+        default=None, metadata={"help": "physreason only: append the problem's image captions to the question."}
+    )
+    task_min_difficulty: float | None = field(
+        default=None, metadata={"help": "omni_math only: keep problems with difficulty >= this value."}
+    )
+    task_max_difficulty: float | None = field(
+        default=None, metadata={"help": "omni_math only: keep problems with difficulty <= this value."}
+    )
+    task_require_gold: bool | None = field(
+        default=None, metadata={"help": "numina_math / camel_physics: drop rows without a gold answer."}
+    )
+    task_boxed_gold: bool | None = field(
+        default=None, metadata={"help": "camel_physics only: read the gold from the answer's last \\boxed{}."}
+    )
 
     def __post_init__(self) -> None:
         from metamod.registry import resolve

@@ -1,0 +1,214 @@
+"""HDP-GMM numerics benchmark: prior study (ARI / K vs truth), sweep / fit / retrieval / online speed, sklearn.
+
+Synthetic data: 64 Gaussian clusters in D = 128 (means ~ N(0, 0.5^2 I), per-cluster diagonal standard deviations
+in [0.6, 1.4]), cluster sizes from a Dirichlet(1) draw (unequal), two domains sharing every component with
+different mixing weights (the base weights times a log-normal factor per domain).
+
+    .venv/bin/python benchmarks/bench_hdp.py --quick          # seconds: small N, D = 32
+    .venv/bin/python benchmarks/bench_hdp.py                  # the full study (about 30 minutes on 2 loaded cores)
+    .venv/bin/python benchmarks/bench_hdp.py --only speed --sizes 130000
+
+Prints markdown tables (and the thread count and ``os.getloadavg()`` with every block of numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+
+import numpy as np
+from scipy.stats import multivariate_t
+from sklearn.metrics import adjusted_rand_score
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from metamod.memory.hdp import HDPGMM
+
+
+def synth(n: int, dim: int = 128, k: int = 64, seed: int = 0, sep: float = 0.5):
+    """(X, labels, domains) as described in the module docstring (``sep`` is rescaled for D != 128 so that the
+    expected squared distance between two means stays 2 x 128 x sep^2)."""
+    rng = np.random.default_rng(seed)
+    sep = sep * np.sqrt(128.0 / dim)
+    means = rng.normal(0, sep, (k, dim))
+    scales = rng.uniform(0.6, 1.4, (k, dim))
+    base = rng.dirichlet(np.ones(k))
+    dom_w = np.stack([base * rng.lognormal(0, 1, k) for _ in range(2)])
+    dom_w /= dom_w.sum(1, keepdims=True)
+    doms = rng.integers(0, 2, n)
+    labels = np.empty(n, dtype=np.int64)
+    for d in range(2):
+        idx = np.flatnonzero(doms == d)
+        labels[idx] = rng.choice(k, len(idx), p=dom_w[d])
+    X = means[labels] + scales[labels] * rng.normal(size=(n, dim))
+    return X, labels, doms
+
+
+def env_line(threads: int) -> str:
+    blas = [(i["internal_api"], i["num_threads"]) for i in threadpool_info()]
+    return f"threads={threads} blas={blas} loadavg={tuple(round(x, 2) for x in os.getloadavg())}"
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+VARIANTS = {
+    "stable (default)": {},
+    "paper": {"prior": "paper"},
+    "stable, nu0 = D + 2": {"nu0": "D+2"},
+    "stable, nu0 = 4D + 2": {"nu0": "4D+2"},
+    "stable, kappa0 = 0.01": {"kappa0": 0.01},
+}
+
+
+def resolve(params: dict, dim: int) -> dict:
+    out = dict(params)
+    if isinstance(out.get("nu0"), str):
+        out["nu0"] = {"D+2": dim + 2, "4D+2": 4 * dim + 2}[out["nu0"]]
+    return out
+
+
+def prior_study(sizes, variants, sweeps, dim, threads):
+    print(f"\n### Prior study: ARI and K vs truth ({sweeps} sweeps, seed 0)  [{env_line(threads)}]\n")
+    print("| N | variant | true K (non-empty) | fitted K | ARI | kappa0 | nu0 | fit s | last sweep s | moves last |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        X, labels, doms = synth(n, dim=dim)
+        for name in variants:
+            if name == "stable, nu0 = D + 2" and n > 2000:
+                continue  # over-splits into hundreds of components: minutes per sweep at 10k
+            t0 = time.perf_counter()
+            model = HDPGMM(sweeps=sweeps, burn_in=sweeps // 2, seed=0, **resolve(VARIANTS[name], dim)).fit(X, doms)
+            fit_s = time.perf_counter() - t0
+            last = model.history_[-1]
+            print(f"| {n:,} | {name} | {len(np.unique(labels))} | {model.n_components_} | "
+                  f"{adjusted_rand_score(labels, model.labels_):.3f} | {model.kappa0_:.3g} | {model.nu0_:g} | "
+                  f"{fit_s:.1f} | {last['seconds']:.2f} | {last['moves']} |", flush=True)
+
+
+def predictive_check(dim: int) -> None:
+    X, _, doms = synth(400, dim=dim, k=8)
+    model = HDPGMM(sweeps=3, burn_in=1, seed=0).fit(X, doms)
+    Y = np.random.default_rng(1).normal(0, 2, (50, dim))
+    got = model.log_predictive(Y)
+    worst = 0.0
+    for k in range(model.n_components_):
+        mu, kappa, nu, psi = model.component_posterior(k)
+        df = nu - dim + 1
+        ref = multivariate_t(loc=mu, shape=psi * (kappa + 1) / (kappa * df), df=df).logpdf(Y)
+        worst = max(worst, float(np.abs(got[:, k] - ref).max()))
+    print(f"\nlog_predictive vs scipy.stats.multivariate_t: max |diff| = {worst:.2e} over {model.n_components_} "
+          f"components x 50 points (D = {dim})")
+
+
+def speed(n: int, sweeps: int, dim: int, threads: int) -> HDPGMM:
+    X, labels, doms = synth(n, dim=dim)
+    t0 = time.perf_counter()
+    model = HDPGMM(sweeps=sweeps, burn_in=sweeps // 2, seed=0).fit(X, doms)
+    fit_s = time.perf_counter() - t0
+    hist = model.history_
+    init_s = hist[0]["seconds"]
+    per_sweep = [h["seconds"] for h in hist[1:]]
+    queries = X[:1000] + np.random.default_rng(2).normal(0, 0.3, (1000, dim))
+    model.retrieve(queries[:10])  # warm the medoid cache
+    t0 = time.perf_counter()
+    for q in queries[:200]:
+        model.retrieve(q[None])
+    single_us = (time.perf_counter() - t0) / 200 * 1e6
+    t0 = time.perf_counter()
+    model.retrieve(queries)
+    batch_ms = (time.perf_counter() - t0) * 1e3
+    online = HDPGMM.from_state_arrays(model.state_arrays())
+    new_rows, _, new_doms = synth(2000, dim=dim, seed=5)
+    t0 = time.perf_counter()
+    births = sum(online.partial_fit(x, int(d))["born"] for x, d in zip(new_rows, new_doms, strict=True))
+    insert_rate = len(new_rows) / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    refit = online.refit()
+    refit_s = time.perf_counter() - t0
+    print(f"\n### Speed at N = {n:,}, D = {dim}  [{env_line(threads)}]\n")
+    print("| measure | value |")
+    print("|---|---|")
+    print(f"| fitted K / ARI | {model.n_components_} / {adjusted_rand_score(labels, model.labels_):.3f} |")
+    print(f"| initialisation (CRP subset + batched labelling) | {init_s:.1f} s |")
+    print(f"| sweeps: seconds each | {', '.join(f'{s:.1f}' for s in per_sweep)} |")
+    print(f"| sweeps: moves each | {', '.join(str(h['moves']) for h in hist[1:])} |")
+    print(f"| last sweep | {per_sweep[-1]:.2f} s ({hist[-1]['moves']} moves) |" if per_sweep else "| last sweep | - |")
+    print(f"| whole fit ({sweeps} sweeps) | {fit_s:.1f} s |")
+    print(f"| retrieve, one query per call (200 calls) | {single_us:.0f} us / query |")
+    print(f"| retrieve, batch of 1,000 | {batch_ms:.1f} ms |")
+    print(f"| online partial_fit (2,000 rows, {births} births) | {insert_rate:,.0f} rows / s |")
+    print(f"| refit after them (rebuild + sweep + merge) | {refit_s:.1f} s, {refit} |")
+    print(f"| peak RSS of the process so far | {peak_mb():.0f} MB |")
+    return model
+
+
+def sklearn_compare(n: int, dim: int, threads: int, max_iter: int, sweeps: int) -> None:
+    from sklearn.mixture import BayesianGaussianMixture
+
+    X, labels, doms = synth(n, dim=dim)
+    t0 = time.perf_counter()
+    ours = HDPGMM(sweeps=sweeps, burn_in=sweeps // 2, seed=0).fit(X, doms)
+    ours_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    bgm = BayesianGaussianMixture(n_components=100, weight_concentration_prior_type="dirichlet_process",
+                                  max_iter=max_iter, random_state=0).fit(X)
+    sk_s = time.perf_counter() - t0
+    sk_labels = bgm.predict(X)
+    print(f"\n### HDPGMM vs sklearn BayesianGaussianMixture at N = {n:,}, D = {dim}  [{env_line(threads)}]\n")
+    print("| model | K (non-empty) | ARI | seconds | per iteration |")
+    print("|---|---|---|---|---|")
+    print(f"| HDPGMM, {sweeps} sweeps | {ours.n_components_} | {adjusted_rand_score(labels, ours.labels_):.3f} | "
+          f"{ours_s:.1f} | {ours_s / max(sweeps, 1):.2f} s / sweep (incl. init) |")
+    print(f"| BGMM DP, 100 comps, full cov, max_iter={max_iter} (n_iter={bgm.n_iter_}, converged={bgm.converged_}) | "
+          f"{len(np.unique(sk_labels))} | {adjusted_rand_score(labels, sk_labels):.3f} | {sk_s:.1f} | "
+          f"{sk_s / bgm.n_iter_:.2f} s / iteration |")
+    print(f"| ratio sklearn / HDPGMM (whole fits) | | | {sk_s / ours_s:.1f}x | |")
+
+
+def sklearn_iteration(n: int, dim: int, threads: int) -> None:
+    from sklearn.mixture import BayesianGaussianMixture
+
+    X, _, _ = synth(n, dim=dim)
+    t0 = time.perf_counter()
+    BayesianGaussianMixture(n_components=100, weight_concentration_prior_type="dirichlet_process", max_iter=1,
+                            random_state=0).fit(X)
+    print(f"\nsklearn BGMM (100 components, full covariance) one EM iteration incl. k-means init at N = {n:,}: "
+          f"{time.perf_counter() - t0:.1f} s  [{env_line(threads)}]")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small N and D = 32: a smoke run in seconds")
+    parser.add_argument("--threads", type=int, default=2, help="BLAS threads (the targets are for 2 cores)")
+    parser.add_argument("--only", choices=("all", "prior", "speed", "sklearn"), default="all")
+    parser.add_argument("--sizes", type=int, nargs="*", default=None, help="N values for the prior study")
+    parser.add_argument("--sweeps", type=int, default=20, help="sweeps per fit in the prior study")
+    parser.add_argument("--big", type=int, default=130000, help="the paper-scale N for speed and the big study row")
+    parser.add_argument("--big_sweeps", type=int, default=5, help="sweeps at the paper-scale N")
+    parser.add_argument("--sklearn_n", type=int, default=10000)
+    args = parser.parse_args()
+    dim = 32 if args.quick else 128
+    with threadpool_limits(args.threads):
+        print(f"HDP-GMM benchmark: {env_line(args.threads)}")
+        if args.quick:
+            predictive_check(8)
+            prior_study([500, 2000], ["stable (default)", "paper"], 5, dim, args.threads)
+            speed(2000, 5, dim, args.threads)
+            sklearn_compare(1000, dim, args.threads, max_iter=20, sweeps=5)
+            return
+        if args.only in ("all", "prior"):
+            predictive_check(16)
+            prior_study(args.sizes or [500, 2000, 10000], list(VARIANTS), args.sweeps, dim, args.threads)
+            prior_study([args.big], ["paper"], args.big_sweeps, dim, args.threads)  # the default: see "speed"
+        if args.only in ("all", "sklearn"):
+            sklearn_compare(args.sklearn_n, dim, args.threads, max_iter=100, sweeps=args.sweeps)
+            sklearn_iteration(args.big, dim, args.threads)
+        if args.only in ("all", "speed"):
+            speed(args.big, args.big_sweeps, dim, args.threads)
+
+
+if __name__ == "__main__":
+    main()

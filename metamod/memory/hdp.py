@@ -1,0 +1,595 @@
+"""HDP Gaussian mixture (NIW prior, collapsed Gibbs) for the Bayesian Cheatsheet — numpy/scipy only.
+
+:class:`HDPGMM` follows the organiser interface (scikit-learn style): ``fit(X, domains)``, ``labels_``,
+``n_components_``, ``component_ids_``, ``partial_fit`` (online novelty), ``refit`` (Gibbs sweep + KL merge),
+``retrieve`` (posterior-predictive or nearest-centroid component selection with medoids), ``state_arrays``.
+
+Model: components ``phi_k = (mu_k, Sigma_k) ~ NIW(mu0, kappa0, Psi0, nu0)`` shared by all domains; domain ``d``
+mixes them with ``pi_d ~ DP(alpha, beta)``, ``beta ~ GEM(gamma)`` (Chinese restaurant franchise). Inference is
+the direct-assignment collapsed Gibbs sampler (Teh et al. 2006): ``p(z = k) ∝ (n_{d,k}^{-i} + alpha beta_k)
+f_k^{-i}(x)``, new component ``∝ alpha beta_u f_0(x)`` (``beta_u`` split by ``Beta(1, gamma)`` on birth); after
+each sweep table counts ``m_{d,k}`` are drawn (Antoniak) and ``beta ~ Dir(m_.1, ..., m_.K, gamma)``.
+``flat=True`` is the pooled DP-GMM: ``p(z = k) ∝ N_k^{-i} f_k``, new ``∝ gamma f_0``.
+
+Sweep kernel (exact, blocked): per block of points (random order) one GEMM gives every point's Psi-metric
+quadratic form against every component (:meth:`NIWComponents.quad`, ``dtype`` float32 by default; log densities
+in float64); a point's own component is handled by the O(1) leave-one-out identity
+(:func:`~metamod.memory.hdp_stats.loo_quadratic`). All points of the block are sampled at once by inverse-CDF
+with one pre-drawn uniform each; at the first point whose draw changes the state (a move, a birth or a beta
+re-split) it is applied (rank-1 downdate / update of the two touched components' inverse Cholesky factors), their
+rows are recomputed for the rest of the block, and the remaining points are redrawn with their own (still
+independent) uniforms — so the sampler is the exact sequential Gibbs sweep. Initialisation: an exact sequential CRP pass over a random subset of
+``init_size`` rows and ``init_sweeps`` Gibbs sweeps over them, then every other row drawn from its conditional
+given those components (a "new component" draw joins its most likely component); then ``sweeps``
+sweeps (the final state is kept; ``history_`` records K, log marginal likelihood, moves and seconds per sweep,
+flagged ``burn_in`` for the first ``burn_in`` sweeps).
+
+Priors (``prior=``; explicit ``kappa0`` / ``nu0`` override the preset). ``"paper"`` is table 3: ``Psi0 =
+psi_scale x empirical covariance``, ``nu0 = D + 2``, ``kappa0 = 0.01``. ``"stable"`` (default):
+
+- ``Psi0 = psi_scale (nu0 - D - 1) Sigma_w``: the prior mean of a component covariance is ``psi_scale Sigma_w``,
+  the pooled within-cluster covariance of a quick k-means (``k = clip(sqrt(n), 8, 128)`` on at most 20,000 rows)
+  shrunk 10% towards its diagonal, instead of the covariance of the whole corpus;
+- ``nu0 = 2 D + 2``: about D pseudo-observations of ``Sigma_w``, so a component of a few points already has a
+  sensible covariance (with ``nu0 = D + 2`` a cluster needs ~D points of its own);
+- ``kappa0 = tr(Sigma_w) / (tr(Sigma) - tr(Sigma_w))`` (clipped to [0.01, 100]): the mean prior
+  ``N(mu0, Sigma_w / kappa0)`` spans the between-cluster spread, so the new-component predictive ``f_0`` is about
+  the corpus covariance. With ``kappa0 = 0.01`` in D = 128 every new component pays ``D/2 log(n / kappa0)`` nats
+  of Occam factor (~500 nats at n = 30) and everything merges into one component.
+
+Measured with benchmarks/bench_hdp.py (64 clusters in D = 128, two domains; ARI / fitted K, 20 sweeps, seed 0):
+N = 500: stable 0.571 / 26, paper 0.049 / 44; N = 2,000: 0.681 / 30 vs 0.047 / 146; N = 10,000: 0.986 / 49 vs
+0.000 / 1 (everything in one component); variants (nu0 = D + 2, 4D + 2, kappa0 = 0.01) and N = 130,000 in
+benchmarks/README.md ("Bayesian Cheatsheet: HDP-GMM numerics"). Single-point Gibbs moves rarely split a component
+that holds two true clusters, so at small N the fits under-split.
+
+>>> import numpy as np
+>>> rng = np.random.default_rng(0)
+>>> X = np.concatenate([rng.normal(-5, 1, (40, 3)), rng.normal(5, 1, (40, 3))])
+>>> model = HDPGMM(sweeps=10, burn_in=5, seed=0).fit(X, np.repeat([0, 1], 40))
+>>> model.n_components_
+2
+>>> [(k, round(w, 3)) for k, w, _ in model.retrieve(X[:1], top_k=2)[0]]
+[(0, 1.0), (1, 0.0)]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from metamod.memory import hdp_stats as hs
+from metamod.memory.hdp_stats import NIWComponents, as_domain, as_rows, blas_threads, t_logpdf_from_q
+
+logger = logging.getLogger(__name__)
+
+PRIORS = ("stable", "paper")
+STABLE_NU0_FACTOR = 2  # the stable preset's nu0 = STABLE_NU0_FACTOR * D + 2 (see the module docstring)
+BIRTH_MODES = ("threshold", "sample")
+RETRIEVE_METHODS = ("predictive", "centroids")
+
+
+class HDPGMM:
+    """Hierarchical Dirichlet-process Gaussian mixture with a NIW prior (see the module docstring).
+
+    Args:
+        sweeps, burn_in: offline collapsed Gibbs sweeps and how many of them count as burn-in (table 3: 100 / 50).
+        seed: RNG seed (same seed and data -> same labels).
+        gamma, alpha: global and per-domain concentrations (5.0 / 1.0).
+        kappa0: NIW mean strength (0.01). nu0: NIW degrees of freedom (None: D + 2).
+        psi_scale: factor on the covariance that sets Psi0 (1.2; see ``prior``).
+        prior: "stable" (within-cluster covariance, default) or "paper" (empirical covariance).
+        flat: pooled DP-GMM instead of the hierarchy.
+        tau_new: novelty threshold for online births; birth: "threshold" or "sample" (Bernoulli(rho_new)).
+        merge, merge_eps: greedy merge in ``refit`` of pairs with symmetric KL < merge_eps.
+        dtype: dtype of the sweep / retrieval GEMM ("float32" or "float64").
+        block: points per block in the sweep kernel. init_size: rows of the sequential CRP initialisation;
+            init_sweeps: Gibbs sweeps over those rows before the other rows are labelled from them.
+    """
+
+    def __init__(self, *, sweeps: int = 100, burn_in: int = 50, seed: int = 0, gamma: float = 5.0, alpha: float = 1.0,
+                 kappa0: float | None = None, nu0: float | None = None, psi_scale: float = 1.2, prior: str = "stable",
+                 flat: bool = False, tau_new: float = 0.5, birth: str = "threshold", merge: bool = True,
+                 merge_eps: float = 0.1, dtype: str = "float32", block: int = 256, init_size: int = 1000,
+                 init_sweeps: int = 5) -> None:
+        if prior not in PRIORS:
+            raise ValueError(f"prior={prior!r}: expected one of {PRIORS}")
+        if birth not in BIRTH_MODES:
+            raise ValueError(f"birth={birth!r}: expected one of {BIRTH_MODES}")
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype={dtype!r}: expected 'float32' or 'float64'")
+        for name, value in (("gamma", gamma), ("alpha", alpha), ("kappa0", 1.0 if kappa0 is None else kappa0),
+                            ("psi_scale", psi_scale)):
+            if not value > 0:
+                raise ValueError(f"{name}={value!r}: expected a positive number")
+        if not 0.0 <= tau_new <= 1.0:
+            raise ValueError(f"tau_new={tau_new!r}: expected a probability in [0, 1]")
+        if sweeps < 0 or burn_in < 0 or block < 1 or init_size < 1:
+            raise ValueError(f"sweeps={sweeps}, burn_in={burn_in}, block={block}, init_size={init_size}: "
+                             "expected sweeps, burn_in >= 0 and block, init_size >= 1")
+        self.sweeps, self.burn_in, self.seed, self.gamma, self.alpha = int(sweeps), int(burn_in), int(seed), gamma, alpha
+        self.kappa0, self.nu0, self.psi_scale, self.prior, self.flat = kappa0, nu0, psi_scale, prior, bool(flat)
+        self.tau_new, self.birth, self.merge, self.merge_eps = tau_new, birth, bool(merge), merge_eps
+        self.dtype, self.block, self.init_size, self.init_sweeps = dtype, int(block), int(init_size), int(init_sweeps)
+        self._fitted = False
+
+    def get_params(self) -> dict[str, Any]:
+        """JSON-safe constructor parameters."""
+        return {name: getattr(self, name) for name in (
+            "sweeps", "burn_in", "seed", "gamma", "alpha", "kappa0", "nu0", "psi_scale", "prior", "flat", "tau_new",
+            "birth", "merge", "merge_eps", "dtype", "block", "init_size", "init_sweeps")}
+
+    def fit(self, X: np.ndarray, domains: np.ndarray | None = None) -> HDPGMM:
+        """Offline fit: prior from the data, initialisation, then ``sweeps`` collapsed Gibbs sweeps."""
+        X = as_rows(X, "X")
+        n, D = X.shape
+        doms = np.zeros(n, dtype=np.int64) if domains is None else as_domain(domains, "domains", n=n)
+        self._rng = np.random.default_rng(self.seed)
+        self.dim_, self.n_domains_ = D, int(doms.max()) + 1
+        self.mu0_ = X.mean(axis=0)
+        kappa0, nu0, psi0 = hs.preset_prior(X - self.mu0_, prior=self.prior, kappa0=self.kappa0, nu0=self.nu0,
+                                         psi_scale=self.psi_scale, rng=self._rng, stable_nu0_factor=STABLE_NU0_FACTOR)
+        self._setup(X, doms, kappa0, nu0, psi0)
+        t0 = time.perf_counter()
+        self._initialise()
+        self.history_ = [{"sweep": 0, "K": self.n_components_, "loglik": self.log_marginal(), "moves": -1,
+                          "seconds": time.perf_counter() - t0, "burn_in": True}]
+        for sweep in range(1, self.sweeps + 1):
+            t0 = time.perf_counter()
+            moves, _ = self._sweep()
+            self.history_.append({"sweep": sweep, "K": self.n_components_, "loglik": self.log_marginal(),
+                                  "moves": moves, "seconds": time.perf_counter() - t0, "burn_in": sweep <= self.burn_in})
+            logger.debug("sweep %d: K=%d moves=%d", sweep, self.n_components_, moves)
+        self._medoid_dirty = True
+        return self
+
+    def _setup(self, X: np.ndarray, doms: np.ndarray, kappa0: float, nu0: float, psi0: np.ndarray) -> None:
+        D = X.shape[1]
+        self.kappa0_, self.nu0_, self.psi0_ = kappa0, nu0, psi0
+        self.comps = NIWComponents(dim=D, kappa0=kappa0, nu0=nu0, psi0=psi0, dtype=np.dtype(self.dtype))
+        n = len(X)
+        X = np.asarray(X, dtype=np.float64)
+        self._rows = {"_X": X.copy(), "_Xc64": X - self.mu0_,  # statistics always use the float64 centred rows
+                      "_Xc": (X - self.mu0_).astype(self.dtype),  # the GEMM copy
+                      "_doms": doms.copy(), "_z": np.full(n, -1, dtype=np.int64),
+                      "_logf0": self.comps.prior_logpdf(X - self.mu0_)}
+        self._n_rows = n
+        self._view_rows()
+        self._ndk = np.zeros((self.n_domains_, 16), dtype=np.int64)
+        self._mdk = np.zeros((self.n_domains_, 16), dtype=np.int64)
+        self._beta = np.zeros(16)
+        self._beta_u = 1.0
+        self._ids = np.zeros(16, dtype=np.int64)
+        self._next_id = 0
+        self.births_ = {"novelty": 0, "sample": 0, "refit": 0}
+        self.merges_ = 0
+        self._dom_sum = np.zeros((self.n_domains_, D))
+        np.add.at(self._dom_sum, doms, self._X)
+        self._dom_count = np.bincount(doms, minlength=self.n_domains_).astype(np.int64)
+        self._medoid_dirty, self._fitted = True, True
+
+    def _view_rows(self) -> None:
+        """Row arrays are views of growable buffers (amortised O(1) appends in partial_fit)."""
+        for name, buf in self._rows.items():
+            setattr(self, name, buf[: self._n_rows])
+
+    def _append_row(self, x: np.ndarray, xc: np.ndarray, d: int, logf0: float) -> int:
+        row = self._n_rows
+        if row == len(self._rows["_X"]):
+            for name, buf in self._rows.items():
+                grown = np.empty((max(16, 2 * len(buf)), *buf.shape[1:]), dtype=buf.dtype)
+                grown[:row] = buf[:row]
+                self._rows[name] = grown
+        for name, value in (("_X", x), ("_Xc64", xc), ("_Xc", xc), ("_doms", d), ("_z", -1), ("_logf0", logf0)):
+            self._rows[name][row] = value
+        self._n_rows += 1
+        self._view_rows()
+        return row
+
+    def _grow(self, k: int) -> None:
+        if k >= self._beta.shape[0]:
+            extra = max(k + 1, 2 * self._beta.shape[0]) - self._beta.shape[0]
+            self._ndk = np.pad(self._ndk, ((0, 0), (0, extra)))
+            self._mdk = np.pad(self._mdk, ((0, 0), (0, extra)))
+            self._beta = np.pad(self._beta, (0, extra))
+            self._ids = np.pad(self._ids, (0, extra))
+
+    def _new_component(self) -> int:
+        k = self.comps.new_slot()
+        self._grow(k)
+        self._ndk[:, k] = self._mdk[:, k] = 0
+        self._ids[k], self._next_id = self._next_id, self._next_id + 1
+        if not self.flat:
+            b = self._rng.beta(1.0, self.gamma)
+            self._beta[k], self._beta_u = b * self._beta_u, (1.0 - b) * self._beta_u
+        return k
+
+    def _prior_weights(self, d: int) -> tuple[np.ndarray, float]:
+        """Unnormalised mixture weights of domain ``d`` over slots, and of a new component."""
+        K = self.comps.size
+        if self.flat:
+            return self._ndk[:, :K].sum(axis=0).astype(np.float64), self.gamma
+        return self._ndk[d, :K] + self.alpha * self._beta[:K], self.alpha * self._beta_u
+
+    def _initialise(self) -> None:
+        n = len(self._X)
+        order = self._rng.permutation(n)
+        head, tail = order[: self.init_size], order[self.init_size:]
+        with blas_threads(1):
+            self._crp_pass(head)
+        for _ in range(self.init_sweeps if len(tail) else 0):  # settle the subset before it labels the rest
+            self._sweep(head)
+        self._crp_tail(head, tail)
+        self._resample_beta()
+
+    def _crp_pass(self, head: np.ndarray) -> None:
+        """Exact sequential Chinese-restaurant pass over ``head`` (rows not yet assigned)."""
+        for i in head:
+            d, x = self._doms[i], self._Xc64[i]
+            K = self.comps.size
+            w, w_new = self._prior_weights(d)
+            logits = np.append(np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[i:i + 1])[:, 0],
+                               np.log(w_new) + self._logf0[i])
+            k = self._sample_logits(logits)
+            if k == K:
+                k = self._new_component()
+            self._assign(i, k, x)
+
+    def _crp_tail(self, head: np.ndarray, tail: np.ndarray) -> None:
+        if len(tail):
+            logits = self._batch_logits(tail)
+            p = np.exp(logits - logits.max(axis=0))
+            p /= p.sum(axis=0)
+            pick = (p.cumsum(axis=0) < self._rng.random(len(tail))).sum(axis=0)
+            # a "new component" draw cannot be honoured in a batched pass: it joins its best existing component
+            pick = np.where(pick >= self.comps.size, logits[:-1].argmax(axis=0), pick)
+            self._rebuild(np.concatenate([self._z[head], pick]), np.concatenate([head, tail]))
+
+    def _batch_logits(self, rows: np.ndarray) -> np.ndarray:
+        K = self.comps.size
+        out = np.empty((K + 1, len(rows)))
+        for s in range(0, len(rows), 4096):
+            r = rows[s:s + 4096]
+            if self.flat:
+                w = np.broadcast_to(self._ndk[:, :K].sum(axis=0)[:, None], (K, len(r))).astype(np.float64)
+                w_new = np.full(len(r), self.gamma)
+            else:
+                w = (self._ndk[self._doms[r], :K] + self.alpha * self._beta[:K]).T
+                w_new = np.full(len(r), self.alpha * self._beta_u)
+            out[:K, s:s + 4096] = np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[r])
+            out[K, s:s + 4096] = np.log(w_new) + self._logf0[r]
+        return out
+
+    def _assign(self, i: int, k: int, x: np.ndarray) -> None:
+        self.comps.add(k, x)
+        self._ndk[self._doms[i], k] += 1
+        self._z[i] = k
+
+    def _rebuild(self, labels: np.ndarray, rows: np.ndarray) -> None:
+        """Statistics and counts from hard labels of ``rows`` (slots kept, contents replaced)."""
+        K, D = self.comps.size, self.dim_
+        self._z[rows] = labels
+        Xc = self._Xc64[rows]
+        n = np.bincount(labels, minlength=K).astype(np.float64)
+        S1 = np.zeros((K, D))
+        np.add.at(S1, labels, Xc)
+        S2 = np.zeros((K, D, D))
+        for k in np.flatnonzero(n):
+            m = Xc[labels == k]
+            S2[k] = m.T @ m
+        with blas_threads(1):
+            self.comps.set_stats(n, S1, S2)
+        self._ndk[:] = 0
+        np.add.at(self._ndk, (self._doms[rows], labels), 1)
+
+    def _sample_logits(self, logits: np.ndarray) -> int:
+        p = np.exp(logits - logits.max())
+        return int(min(np.searchsorted(np.cumsum(p), self._rng.random() * p.sum()), len(p) - 1))
+
+    def _component_logpdf(self, Xc: np.ndarray, *, fast: bool = True) -> np.ndarray:
+        """(K, B) Student-t log densities of centred rows against every slot."""
+        q = self.comps.quad(Xc, fast=fast)
+        df, c, log_norm = self.comps.consts()
+        return t_logpdf_from_q(q, df[:, None], c[:, None], log_norm[:, None], self.dim_)
+
+    def _sweep(self, rows: np.ndarray | None = None) -> tuple[int, int]:
+        """One exact collapsed Gibbs sweep in random order; returns (moves, births). Compacts empty slots."""
+        order = self._rng.permutation(len(self._X) if rows is None else rows)
+        moves = births = 0
+        for s in range(0, len(order), self.block):
+            m, b = self._sweep_block(order[s:s + self.block])
+            moves, births = moves + m, births + b
+        self._resample_beta()
+        return moves, births
+
+    def _sweep_block(self, idx: np.ndarray) -> tuple[int, int]:
+        comps, D, B = self.comps, self.dim_, len(idx)
+        Xb, doms, z = self._Xc[idx], self._doms[idx], self._z[idx].copy()
+        Q = comps.quad(Xb)
+        df, c, ln = comps.consts()
+        F = t_logpdf_from_q(Q, df[:, None], c[:, None], ln[:, None], D)
+        u = self._rng.random(B)
+        with blas_threads(1):  # the rest is many small calls: one thread is faster
+            return hs.gibbs_block_events(self, idx, Xb, doms, z, Q, F, u)
+
+    def _resample_beta(self) -> int:
+        """Compact empty slots, then draw tables (Antoniak) and global weights. Returns the slots removed."""
+        removed = self._compact()
+        K = self.comps.size
+        if not self.flat and K:
+            self._mdk[:, :K] = hs.antoniak_tables(self._ndk[:, :K], self.alpha * self._beta[:K], self._rng)
+            draw = self._rng.dirichlet(np.append(np.maximum(self._mdk[:, :K].sum(axis=0), 1e-3), self.gamma))
+            self._beta[:K], self._beta_u = draw[:K], draw[K]
+        return removed
+
+    def _compact(self) -> int:
+        """Drop empty slots (order of the others kept, labels remapped); returns how many were dropped."""
+        K = self.comps.size
+        alive = np.flatnonzero(self.comps.n[:K] > 1e-9)
+        removed = K - len(alive)
+        if removed:
+            remap = np.full(K, -1, dtype=np.int64)
+            remap[alive] = np.arange(len(alive))
+            self.comps.keep(alive)
+            self._ndk[:, : len(alive)] = self._ndk[:, alive]
+            self._mdk[:, : len(alive)] = self._mdk[:, alive]
+            self._beta[: len(alive)] = self._beta[alive]
+            self._ids[: len(alive)] = self._ids[alive]
+            for arr in (self._ndk, self._mdk):
+                arr[:, len(alive):] = 0
+            self._beta[len(alive):] = 0.0
+            self._z[:] = np.where(self._z >= 0, remap[np.maximum(self._z, 0)], -1)
+        self._medoid_dirty = True
+        return removed
+
+    def log_marginal(self) -> float:
+        """Log marginal likelihood of the data given the current partition (sum over components)."""
+        K = self.comps.size
+        return float(hs.niw_log_marginal(self.comps.n[:K], self.comps.logdet[:K], self.kappa0_, self.nu0_,
+                                      self.comps.logdet0, self.dim_).sum())
+
+    @property
+    def labels_(self) -> np.ndarray:
+        self._check_fitted()
+        return self._z.copy()
+
+    @property
+    def n_components_(self) -> int:
+        return self.comps.size
+
+    @property
+    def component_ids_(self) -> np.ndarray:
+        return self._ids[: self.comps.size].copy()
+
+    def _check_fitted(self) -> None:
+        if not self._fitted:
+            raise RuntimeError("HDPGMM is not fitted: call fit(X, domains) first")
+
+    def log_predictive(self, X: np.ndarray) -> np.ndarray:
+        """(n, K+1) float64 posterior-predictive Student-t log densities; last column: new-component prior."""
+        self._check_fitted()
+        Xc = as_rows(X, "X", dim=self.dim_) - self.mu0_
+        return np.hstack([self._component_logpdf(Xc, fast=False).T, self.comps.prior_logpdf(Xc)[:, None]])
+
+    def component_posterior(self, k: int) -> tuple[np.ndarray, float, float, np.ndarray]:
+        """NIW posterior ``(mu_n, kappa_n, nu_n, Psi_n)`` of component ``k`` (original coordinates)."""
+        self._check_fitted()
+        if not 0 <= k < self.comps.size:
+            raise IndexError(f"component k={k}: expected 0 <= k < {self.comps.size}")
+        n = self.comps.n[k]
+        return self.mu0_ + self.comps.mu[k], self.kappa0_ + n, self.nu0_ + n, self.comps.psi(k)
+
+    def mixture_weights(self, domain: int | None = None) -> np.ndarray:
+        """Normalised weights over existing components: ``∝ n_{d,k} + alpha beta_k`` (flat or None: ``N_k``)."""
+        self._check_fitted()
+        if domain is not None:
+            domain = int(as_domain(np.array([domain]), "domain", n_domains=self.n_domains_)[0])
+        w = (self._ndk[:, : self.comps.size].sum(axis=0).astype(np.float64) if self.flat or domain is None
+             else self._prior_weights(domain)[0])
+        return w / w.sum()
+
+    @property
+    def domain_centroids_(self) -> np.ndarray:
+        return self._dom_sum / np.maximum(self._dom_count, 1)[:, None]
+
+    @property
+    def medoids_(self) -> np.ndarray:
+        """(K,) stored row of each component's hard members nearest to its posterior mean (-1: no member)."""
+        self._check_fitted()
+        if self._medoid_dirty:
+            K = self.comps.size
+            Xc = self._Xc64
+            d2 = np.einsum("ij,ij->i", Xc - self.comps.mu[self._z], Xc - self.comps.mu[self._z])
+            order = np.lexsort((np.arange(len(d2)), d2, self._z))  # by label, distance, row
+            lab = self._z[order]
+            first = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])
+            self._medoids = np.full(K, -1, dtype=np.int64)
+            self._medoids[lab[first]] = order[first]
+            self._medoid_dirty = False
+        return self._medoids.copy()
+
+    def predict_domain(self, queries: np.ndarray) -> np.ndarray:
+        """Nearest domain centroid (squared Euclidean) of each query row."""
+        Q = as_rows(queries, "queries", dim=self.dim_)
+        C = self.domain_centroids_
+        return np.argmin(np.einsum("ij,ij->i", C, C)[None, :] - 2.0 * Q @ C.T, axis=1)
+
+    def retrieve(self, queries: np.ndarray, top_k: int = 5, threshold: float | None = None, domain=None,
+                 method: str = "predictive") -> list[list[tuple[int, float, int]]]:
+        """Per query ``[(component, weight, medoid_row), ...]`` best first (see the organiser interface).
+
+        ``method="predictive"``: ``w_k ∝ pi_{d,k} p_k(q)`` normalised over existing components (domain predicted
+        by the nearest domain centroid unless given). ``method="centroids"`` (BC-centroids): components ranked by
+        squared distance of the query to the posterior mean, weight = softmax of ``-d^2 / (2 s^2)`` with ``s^2``
+        the mean per-dimension variance of the components' posterior-mean covariances; the domain is not used.
+        """
+        self._check_fitted()
+        if method not in RETRIEVE_METHODS:
+            raise ValueError(f"method={method!r}: expected one of {RETRIEVE_METHODS}")
+        if threshold is None and top_k < 1:
+            raise ValueError(f"top_k={top_k}: expected >= 1 (or give threshold)")
+        Q = as_rows(queries, "queries", dim=self.dim_)
+        K = self.comps.size
+        Qc = Q - self.mu0_
+        if method == "predictive":
+            if domain is None:
+                doms = self.predict_domain(Q)
+            else:
+                doms = as_domain(np.broadcast_to(np.asarray(domain), (len(Q),)), "domain", n_domains=self.n_domains_)
+            if self.flat:
+                logpi = np.log(np.maximum(self._ndk[:, :K].sum(axis=0), 1e-300))[:, None]
+            else:
+                logpi = np.log(self._ndk[doms, :K] + self.alpha * self._beta[:K]).T
+            logits = logpi + self._component_logpdf(Qc)
+        else:
+            d2 = (np.einsum("kd,kd->k", self.comps.mu[:K], self.comps.mu[:K])[:, None] - 2.0 * self.comps.mu[:K] @ Qc.T
+                  + np.einsum("ij,ij->i", Qc, Qc)[None, :])
+            scale = np.mean([np.trace(self.comps.psi(k)) / (self.nu0_ + self.comps.n[k] - self.dim_ - 1.0)
+                             for k in range(K)]) / self.dim_
+            logits = -d2 / (2.0 * scale)
+        W = np.exp(logits - logits.max(axis=0))
+        W /= W.sum(axis=0)
+        medoids = self.medoids_
+        order = np.argsort(-W, axis=0, kind="stable")  # ties: lower component index first
+        if threshold is None:
+            order = order[: min(top_k, K)]
+        ranked = np.take_along_axis(W, order, axis=0)
+        ks, ws, ms = order.T.tolist(), ranked.T.tolist(), medoids[order].T.tolist()
+        if threshold is None:
+            return [list(zip(k, w, m, strict=True)) for k, w, m in zip(ks, ws, ms, strict=True)]
+        keep = (ranked >= threshold).sum(axis=0).tolist()
+        return [list(zip(k[:c], w[:c], m[:c], strict=True)) for k, w, m, c in zip(ks, ws, ms, keep, strict=True)]
+
+    def partial_fit(self, x: np.ndarray, domain: int) -> dict[str, Any]:
+        """Online insert of one row (appended as row n): novelty birth or soft fold-in (see issue part 4)."""
+        self._check_fitted()
+        with blas_threads(1):
+            return self._insert(x, domain)
+
+    def _insert(self, x: np.ndarray, domain: int) -> dict[str, Any]:
+        x = as_rows(np.asarray(x).reshape(1, -1), "x", dim=self.dim_)[0]
+        d = int(as_domain(np.array([domain]), "domain", n_domains=self.n_domains_)[0])
+        xc = x - self.mu0_
+        K = self.comps.size
+        logf0 = float(self.comps.prior_logpdf(xc[None])[0])
+        w, w_new = self._prior_weights(d)
+        logits = np.append(np.log(np.maximum(w, 1e-300)) + self._component_logpdf(xc[None])[:, 0], np.log(w_new) + logf0)
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        rho_new = float(p[K]) if K else 1.0
+        cause = None
+        if self.birth == "threshold" and rho_new > self.tau_new:
+            cause = "novelty"
+        elif self.birth == "sample" and self._rng.random() < rho_new:
+            cause = "sample"
+        row = self._append_row(x, xc, d, logf0)
+        self._dom_sum[d] += x
+        self._dom_count[d] += 1
+        if cause is not None:
+            k = self._new_component()
+            self.comps.add(k, xc)
+            self.births_[cause] += 1
+        else:
+            r = p[:K] / p[:K].sum()
+            for j in np.flatnonzero(r >= 1e-6):
+                self.comps.add(int(j), xc, float(r[j]))
+            k = int(np.argmax(r))
+        self._ndk[d, k] += 1
+        self._z[row] = k
+        if not self.flat:  # local table: a new one w.p. alpha beta_z / (alpha beta_z + n_{d,z} before this row)
+            ab, before = self.alpha * self._beta[k], self._ndk[d, k] - 1
+            if before == 0 or self._rng.random() < ab / (ab + before):
+                self._mdk[d, k] += 1
+        self._medoid_dirty = True
+        return {"component": k, "born": cause is not None, "cause": cause, "rho_new": rho_new}
+
+    def refit(self) -> dict[str, int]:
+        """Rebuild statistics from hard assignments, one Gibbs sweep (domains fixed), then greedy KL merges."""
+        self._check_fitted()
+        K = self.comps.size
+        self._rebuild(self._z.copy(), np.arange(len(self._X)))
+        before = set(self._ids[:K].tolist())
+        _, births = self._sweep()
+        removed = len(before - set(self.component_ids_.tolist()))
+        self.births_["refit"] += births
+        merges = self._merge() if self.merge else 0
+        self.merges_ += merges
+        return {"births": births, "merges": merges, "removed": removed}
+
+    def _merge(self) -> int:
+        """Greedy merges of the closest pair while its symmetric KL (0.5 (KL01 + KL10)) < merge_eps."""
+        merges = 0
+        while self.comps.size > 1:
+            kl = hs.gaussian_sym_kl(*hs.posterior_gaussians(self.comps, self.nu0_))
+            np.fill_diagonal(kl, np.inf)
+            i, j = np.unravel_index(np.argmin(kl), kl.shape)
+            if not kl[i, j] < self.merge_eps:
+                break
+            keep, drop = (i, j) if self.comps.n[i] >= self.comps.n[j] else (j, i)
+            c = self.comps
+            c.n[keep] += c.n[drop]
+            c.S1[keep] += c.S1[drop]
+            c.S2[keep] += c.S2[drop]
+            c.n[drop] = c.S1[drop] = c.S2[drop] = 0.0
+            c.refresh(keep)
+            self._ndk[:, keep] += self._ndk[:, drop]
+            self._ndk[:, drop] = 0
+            self._mdk[:, keep] += self._mdk[:, drop]
+            self._beta[keep] += self._beta[drop]
+            self._beta[drop] = 0.0
+            self._z[self._z == drop] = keep
+            self._compact()
+            merges += 1
+        return merges
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Everything needed to continue identically (statistics, counts, rows, RNG state)."""
+        self._check_fitted()
+        K = self.comps.size
+        return {name: np.array(value) for name, value in self._state_views(K).items()}
+
+    def _state_views(self, K: int) -> dict[str, np.ndarray]:
+        return {"X": self._X, "domains": self._doms, "labels": self._z, "component_ids": self._ids[:K],
+                "next_id": np.array(self._next_id), "n": self.comps.n[:K], "S1": self.comps.S1[:K],
+                "S2": self.comps.S2[:K], "n_dk": self._ndk[:, :K], "m_dk": self._mdk[:, :K], "beta": self._beta[:K],
+                "beta_u": np.array(self._beta_u), "mu0": self.mu0_, "psi0": self.psi0_, "nu0": np.array(self.nu0_),
+                "kappa0": np.array(self.kappa0_), "winv": self.comps.winv[:K], "logdet": self.comps.logdet[:K],
+                "updates": self.comps.updates[:K],
+                "births": np.array([self.births_[c] for c in ("novelty", "sample", "refit")]),
+                "merges": np.array(self.merges_), "dom_sum": self._dom_sum, "dom_count": self._dom_count,
+                "logf0": self._logf0, "rng_state": hs.rng_state_array(self._rng),
+                "params": np.frombuffer(json.dumps(self.get_params()).encode(), dtype=np.uint8)}
+
+    @classmethod
+    def from_state_arrays(cls, arrays: dict[str, np.ndarray], **params: Any) -> HDPGMM:
+        """Rebuild a model from :meth:`state_arrays` (``params`` override the saved constructor parameters)."""
+        saved = json.loads(bytes(np.asarray(arrays["params"], dtype=np.uint8)).decode())
+        model = cls(**{**saved, **params})
+        X = np.asarray(arrays["X"], dtype=np.float64)
+        model.dim_, model.n_domains_ = X.shape[1], len(arrays["dom_count"])
+        model.mu0_ = np.asarray(arrays["mu0"], dtype=np.float64)
+        model._rng = np.random.default_rng(0)
+        model._setup(X, np.asarray(arrays["domains"], dtype=np.int64), float(arrays["kappa0"]), float(arrays["nu0"]),
+                     np.asarray(arrays["psi0"]))
+        K = len(arrays["n"])
+        model.comps.set_stats(np.asarray(arrays["n"]), np.asarray(arrays["S1"]), np.asarray(arrays["S2"]))
+        if "winv" in arrays:  # the saved (incrementally updated) factors; without them: fresh ones
+            model.comps.winv[:K], model.comps.logdet[:K] = arrays["winv"], arrays["logdet"]
+            model.comps.updates[:K] = arrays["updates"]
+            for k in range(K):
+                model.comps._sync(k)
+        model._grow(K)
+        model._z[:] = np.asarray(arrays["labels"], dtype=np.int64)
+        model._ids[:K], model._next_id = arrays["component_ids"], int(arrays["next_id"])
+        model._ndk[:, :K], model._mdk[:, :K] = arrays["n_dk"], arrays["m_dk"]
+        model._beta[:K], model._beta_u = arrays["beta"], float(arrays["beta_u"])
+        model.births_ = dict(zip(("novelty", "sample", "refit"), (int(v) for v in arrays["births"]), strict=True))
+        model.merges_ = int(arrays["merges"])
+        model._dom_sum, model._dom_count = np.array(arrays["dom_sum"]), np.array(arrays["dom_count"])
+        model._logf0[:] = arrays["logf0"]
+        model._rng = hs.rng_from_state(arrays["rng_state"])
+        return model

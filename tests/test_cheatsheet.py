@@ -1,0 +1,276 @@
+"""The Bayesian Cheatsheet memory and ``metamod fit-cheatsheet``: fitted corpus -> memory rows -> save/load.
+
+A small mined corpus (two domains, hashing embeddings) is written once per module and fitted through the CLI; the
+memory LLM is scripted. Numerics of the organisers are tested in test_hdp.py / test_kmeans.py / test_organisers.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from metamod.cli import main as cli_main
+from metamod.llm.base import Generation
+from metamod.memory import build_memory
+from metamod.memory.base import GuidanceRequest, Observation
+from metamod.memory.cheatsheet import Cheatsheet, CheatsheetOptions
+from metamod.memory.corpus import load_fitted
+from metamod.memory.embed import HashingEmbedder
+from metamod.tasks.base import Example
+from tests._memory_data import NoGoldExample
+
+EMBEDDER = {"name": "hashing", "n_features": 64}
+TOPICS = {
+    "arith": [
+        ("convert-units", "Convert every quantity to the same unit before adding them."),
+        ("multiply-groups", "Multiply the number of groups by the size of each group."),
+        ("subtract-spent", "Subtract what was spent from what was there at the start."),
+        ("divide-evenly", "Divide the total evenly by the number of people sharing it."),
+    ],
+    "game24": [
+        ("pair-to-24", "Look for two numbers whose product is 24 and build them from the rest."),
+        ("use-division", "Try dividing one number by another to reach a factor of 24."),
+        ("try-all-orders", "Try every order of the four numbers with each operation."),
+        ("make-twelve", "Make 12 from three numbers and double it with the fourth."),
+    ],
+}
+
+
+def _mined(folder, copies: int = 6):
+    """A mined corpus: each topic behaviour in ``copies`` paraphrase variants, with questions."""
+    emb = HashingEmbedder(n_features=EMBEDDER["n_features"])
+    rows = []
+    for domain, topics in TOPICS.items():
+        for t, (name, text) in enumerate(topics):
+            for c in range(copies):
+                rows.append(
+                    {
+                        "id": f"b{len(rows)}",
+                        "name": f"{name}-{c}",
+                        "description": f"{text} Variant {'xyzw'[c % 4]}.",
+                        "domain": domain,
+                        "question_id": f"{domain}-{t}-{c}",
+                        "question": f"{domain} question about {name.replace('-', ' ')} number {c}",
+                        "correct": None,
+                    }
+                )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "behaviours.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    np.savez(
+        folder / "embeddings.npz",
+        behaviours=emb.embed([r["description"] for r in rows]),
+        queries=emb.embed([r["question"] for r in rows]),
+    )
+    (folder / "embeddings.json").write_text(json.dumps({"embedder": emb.spec(), "rows": len(rows)}))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bc")
+    rows = _mined(tmp / "mine")
+    code = cli_main(
+        [
+            "fit-cheatsheet",
+            "--behaviours",
+            str(tmp / "mine" / "behaviours.jsonl"),
+            "--output_dir",
+            str(tmp / "bc"),
+            "--dim",
+            "8",
+            "--projector_options",
+            '{"epochs": 30, "batch_size": 16, "lr": 0.003, "hidden": [32, 16]}',
+            "--hdp_params",
+            '{"sweeps": 20, "burn_in": 10}',
+        ]
+    )
+    assert code == 0
+    return tmp / "bc", rows
+
+
+class ScriptedMiner:
+    """The memory LLM: reflections, then one new behaviour per question (its text names the question's words)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def chat(self, conversations, sampling):
+        self.calls.append([c[-1]["content"] for c in conversations])
+        return [
+            Generation(
+                text="- recheck-steps: Recheck each step of the work once before answering.",
+                prompt_tokens=10,
+                completion_tokens=5,
+            )
+            for _ in conversations
+        ]
+
+
+def ex(i: int, text: str) -> Example:
+    return Example(id=f"q{i}", question=text, gold="1", kind="math")
+
+
+def solved(memory, example, text="The answer is <answer>1</answer>"):
+    trace = {"id": example.id, "rounds": [], "single": {"texts": [text], "final_answer": "1"}}
+    memory.observe(
+        Observation(
+            example, trace, {"correct": True, "final_answer": "1", "method": "bc"}, served=memory.served_ids(example.id)
+        )
+    )
+
+
+def test_fit_cheatsheet_writes_a_complete_corpus(corpus):
+    folder, rows = corpus
+    fitted = load_fitted(folder)
+    assert len(fitted.behaviours) == len(rows) and fitted.domains == ["arith", "game24"]
+    assert fitted.manifest["dim"] == 8 and fitted.manifest["raw_dim"] == 64
+    assert fitted.manifest["hdp"]["n_components"] >= 2
+    assert fitted.manifest["projector"]["held_out_mse"] is not None
+    assert set(fitted.prefixed("hdp")) and set(fitted.prefixed("pca")) and set(fitted.prefixed("projector"))
+
+
+def test_fit_cheatsheet_refuses_an_existing_corpus_and_bad_input(corpus, tmp_path, capsys):
+    folder, _ = corpus
+    mine = folder.parent / "mine" / "behaviours.jsonl"
+    assert cli_main(["fit-cheatsheet", "--behaviours", str(mine), "--output_dir", str(folder)]) == 2
+    assert "already holds a fitted corpus" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "behaviours.jsonl").write_text(json.dumps({"id": "b0", "name": "x", "description": "y z"}) + "\n")
+    assert (
+        cli_main(["fit-cheatsheet", "--behaviours", str(bad / "behaviours.jsonl"), "--output_dir", str(tmp_path / "o")])
+        == 2
+    )
+    assert "behaviours.jsonl:1: behaviour row is missing ['domain']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"retrieval": "centroids"},
+        {"organiser": "flat", "space": "raw"},
+        {"organiser": "flat", "space": "projected"},
+        {"organiser": "random", "space": "raw"},
+        {"organiser": "kmeans_hard"},
+        {"organiser": "kmeans_soft"},
+        {"query_map": "pca"},
+    ],
+)
+def test_static_rows_serve_medoid_behaviours_without_reading_gold(corpus, options):
+    folder, rows = corpus
+    memory = build_memory("cheatsheet", corpus=str(folder), top_k=3, **options)
+    probe = NoGoldExample(id="p", question="arith question about convert units number 9", gold="1", kind="math")
+    g = memory.guidance(GuidanceRequest(probe, "single"))
+    lines = g.text.splitlines()
+    assert 1 <= len(lines) <= 3 and len(g.item_ids) == len(lines)
+    by_id = {r["id"]: r for r in rows}
+    for line, item in zip(lines, g.item_ids, strict=True):
+        assert line == f"- {by_id[item]['name']}: {by_id[item]['description']}"
+    assert memory.guidance(GuidanceRequest(probe, "moderator")).text == ""  # deciders get no behaviours
+    if options.get("organiser") != "random" and options.get("query_map") != "pca":  # the question's topic first
+        assert "convert-units" in lines[0] or options.get("organiser") == "kmeans_soft"
+
+
+def test_kmeans_rows_take_the_corpus_hdp_k(corpus):
+    folder, _ = corpus
+    k = load_fitted(folder).manifest["hdp"]["n_components"]
+    memory = build_memory("cheatsheet", corpus=str(folder), organiser="kmeans_hard")
+    assert memory.organiser.n_components_ <= k and memory.organiser.get_params()["n_clusters"] == k
+
+
+def test_online_rows_mine_insert_and_refit_with_churn(corpus, tmp_path):
+    folder, rows = corpus
+    llm = ScriptedMiner()
+    memory = Cheatsheet(CheatsheetOptions(corpus=str(folder), online=True, refit=True, refit_interval=3), llm=llm)
+    batch = [ex(i, f"arith question about multiply groups number {i}") for i in range(4)]
+    memory.begin_batch(batch)
+    before = {e.id: memory.guidance(GuidanceRequest(e, "single")).text for e in batch}
+    for e in batch:
+        solved(memory, e)
+    assert memory.guidance(GuidanceRequest(batch[0], "single")).text == before["q0"]  # batch-synchronous
+    memory.end_batch()
+    assert len(llm.calls) == 2 and len(llm.calls[0]) == 4  # one reflect + one extract call for the batch
+    assert all("correct" not in p.lower() for p in llm.calls[0])  # test-time: no label reaches the miner
+    stats = memory.stats()
+    assert stats["behaviours_by_source"] == {"corpus": len(rows), "online": 4}
+    assert stats["samples_seen"] == 4 and len(stats["refits"]) == 1 and stats["refits"][0]["sample"] == 3
+    refit = memory.refits[0]
+    assert 0.0 <= refit["churn"] <= 1.0 and sum(c for _b, _a, c in refit["matrix"]) == refit["rows"]
+    assert refit["rows"] == len(rows) + 3
+    # save/load: identical guidance for a fresh question, identical state
+    probe = ex(9, "game24 question about make twelve number 2")
+    saved = memory.save(tmp_path / "m")
+    again = Cheatsheet(CheatsheetOptions(corpus=str(folder), online=True, refit=True, refit_interval=3), llm=llm)
+    again.load(saved)
+    assert again.guidance(GuidanceRequest(probe, "single")) == memory.guidance(GuidanceRequest(probe, "single"))
+    assert again.stats() == memory.stats()
+
+
+def test_cold_start_fills_from_online_mining_only():
+    memory = Cheatsheet(
+        CheatsheetOptions(cold_start=True, online=True, refit=True, refit_interval=2, embedder="hashing"),
+        llm=ScriptedMiner(),
+    )
+    first = ex(0, "How many pens are in 3 boxes of 12?")
+    assert memory.guidance(GuidanceRequest(first, "single")).text == ""
+    solved(memory, first)
+    solved(memory, ex(1, "How many cars are in 4 rows of 5?"))
+    memory.end_batch()
+    assert "recheck-steps" in memory.guidance(GuidanceRequest(ex(2, "How many eggs in 2 boxes of 6?"), "single")).text
+    assert memory.stats()["behaviours"] == 2 and memory.stats()["components"] >= 1
+
+
+def test_option_errors_are_one_line():
+    with pytest.raises(ValueError, match="needs memory_options corpus"):
+        build_memory("cheatsheet")
+    with pytest.raises(ValueError, match="refit needs online: true"):
+        CheatsheetOptions(refit=True)
+    with pytest.raises(ValueError, match="online: true mines behaviours with the memory LLM"):
+        Cheatsheet(CheatsheetOptions(cold_start=True, online=True, embedder="hashing"))
+    with pytest.raises(FileNotFoundError, match="has no corpus.json"):
+        build_memory("cheatsheet", corpus="/nonexistent/bc")
+
+
+def test_eval_rows_run_with_their_own_cheatsheets(corpus, tiny_model_dir, tmp_path):
+    """Simulated solver (cannot read guidance: mechanics only), the tiny random model as memory LLM."""
+    from metamod.evaluate.config import EvalConfig
+    from metamod.evaluate.harness import evaluate
+    from metamod.memory import MemoryConfig
+
+    folder, _ = corpus
+    methods = ["single_cot", "bc_static", "metacognitive_reuse", "kmeans_hard_refit", "bc_refit"]
+    config = EvalConfig(
+        methods=methods,
+        limit=20,
+        seeds=[0],
+        plots=False,
+        reference_method="single_cot",
+        output_dir=str(tmp_path / "run"),
+    )
+    memory = MemoryConfig(
+        memory_options={"corpus": str(folder), "top_k": 2, "refit_interval": 5},
+        memory_backend="hf",
+        memory_model=str(tiny_model_dir),
+        memory_backend_options={"device": "cpu"},
+        memory_max_tokens=8,
+        memory_batch_size=10,
+    )
+    doc = evaluate(config, memory)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 20
+    for row in rows:
+        assert not row["methods"]["single_cot"].get("memory_items")
+        assert len(row["methods"]["bc_static"]["memory_items"]) == 2
+    res = doc["results"]["arith"]
+    assert res["bc_static"]["accuracy"] == res["single_cot"]["accuracy"]  # simulated solver: guidance is inert
+    refit = doc["memories"]["memory-seed0-bc_refit"]["stats"]
+    assert refit["samples_seen"] == 20 and len(refit["refits"]) == 4 and refit["organiser"] == "hdp"
+    assert doc["memories"]["memory-seed0-kmeans_hard_refit"]["stats"]["organiser"] == "kmeans_hard"
+    assert res["bc_refit"]["memory_completion_tokens_per_question"] > 0  # online mining is charged
+    assert (
+        "memory_completion_tokens_per_question" not in res["bc_static"]
+        or res["bc_static"]["memory_completion_tokens_per_question"] == 0
+    )

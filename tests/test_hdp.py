@@ -1,0 +1,312 @@
+"""HDP-GMM numerics (metamod/memory/hdp.py, hdp_stats.py): statistics, predictive, sampler, online, retrieval."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import multivariate_t
+from sklearn.metrics import adjusted_rand_score
+
+from metamod.memory.hdp import HDPGMM
+from metamod.memory.hdp_stats import NIWComponents, chol_update, gaussian_sym_kl, loo_quadratic
+
+
+def blobs(n=300, dim=6, k=5, spread=8.0, seed=0, scale=1.0):
+    rng = np.random.default_rng(seed)
+    means = rng.normal(0, spread, (k, dim))
+    labels = rng.integers(0, k, n)
+    X = means[labels] + scale * rng.normal(size=(n, dim))
+    return X, labels, (labels % 2).astype(np.int64), means
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, labels, doms, means = blobs()
+    return HDPGMM(sweeps=15, burn_in=5, seed=0).fit(X, doms), X, labels, doms, means
+
+
+def consistent(model: HDPGMM, X: np.ndarray, doms: np.ndarray) -> None:
+    z, K = model.labels_, model.n_components_
+    assert z.min() >= 0 and z.max() < K
+    np.testing.assert_array_equal(model._ndk[:, :K], np.array([np.bincount(z[doms == d], minlength=K)
+                                                              for d in range(model.n_domains_)]))
+    np.testing.assert_allclose(model.comps.n[:K], np.bincount(z, minlength=K))
+    Xc = X - model.mu0_
+    for k in range(K):
+        m = Xc[z == k]
+        np.testing.assert_allclose(model.comps.S1[k], m.sum(0), atol=1e-8)
+        np.testing.assert_allclose(model.comps.S2[k], m.T @ m, atol=1e-7)
+
+
+# ------------------------------------------------------------------ statistics
+def test_stats_add_remove_round_trip_and_fresh_factor():
+    rng = np.random.default_rng(1)
+    psi0 = np.eye(4) * 2.0
+    comps = NIWComponents(dim=4, kappa0=0.5, nu0=7.0, psi0=psi0, dtype=np.float64)
+    k = comps.new_slot()
+    X = rng.normal(size=(10, 4))
+    for x, w in zip(X, np.linspace(0.2, 1.0, 10), strict=True):
+        comps.add(k, x, w)
+    snapshot = comps.S2[k].copy()
+    extra = rng.normal(size=4)
+    comps.add(k, extra, 0.3)
+    comps.remove(k, extra, 0.3)
+    np.testing.assert_allclose(comps.S2[k], snapshot, atol=1e-12)
+    w = np.linspace(0.2, 1.0, 10)
+    kappa = 0.5 + w.sum()
+    mu = (w[:, None] * X).sum(0) / kappa
+    psi = psi0 + (w[:, None, None] * np.einsum("ni,nj->nij", X, X)).sum(0) - kappa * np.outer(mu, mu)
+    np.testing.assert_allclose(comps.mu[k], mu, atol=1e-12)
+    fresh = np.linalg.cholesky(psi)
+    assert comps.updates[k] > 0  # the factor below came from rank-1 updates / downdates
+    np.testing.assert_allclose(comps.cholesky(k), fresh, atol=1e-10)
+    np.testing.assert_allclose(comps.winv[k], np.linalg.inv(fresh), atol=1e-10)
+    np.testing.assert_allclose(comps.logdet[k], np.linalg.slogdet(psi)[1], atol=1e-10)
+    for x, wi in zip(X, w, strict=True):
+        comps.remove(k, x, wi)
+    assert comps.n[k] == 0.0
+    np.testing.assert_allclose(comps.winv[k], np.linalg.inv(np.linalg.cholesky(psi0)), atol=1e-10)
+
+
+def test_chol_rank1_update_and_downdate_match_fresh_factorisation():
+    rng = np.random.default_rng(2)
+    A = rng.normal(size=(6, 6))
+    A = A @ A.T + 6 * np.eye(6)
+    v = rng.normal(size=6)
+    L = np.linalg.cholesky(A)
+    up = chol_update(L.copy(), v)
+    np.testing.assert_allclose(up, np.linalg.cholesky(A + np.outer(v, v)), atol=1e-10)
+    np.testing.assert_allclose(chol_update(up, v, downdate=True), L, atol=1e-10)
+    with pytest.raises(ValueError, match="not positive definite"):
+        chol_update(np.eye(2), np.array([2.0, 0.0]), downdate=True)
+
+
+def test_loo_formula_matches_explicit_removal():
+    rng = np.random.default_rng(3)
+    comps = NIWComponents(dim=5, kappa0=0.1, nu0=8.0, psi0=np.eye(5), dtype=np.float64)
+    k = comps.new_slot()
+    X = rng.normal(size=(12, 5))
+    for x in X:
+        comps.add(k, x)
+    x = X[4]
+    q = comps.quad(x[None], [k], fast=False)[0, 0]
+    kappa = 0.1 + 12
+    q_loo, dlog = loo_quadratic(np.array([q]), np.array([kappa / (kappa - 1.0)]))
+    logdet_full = comps.logdet[k]
+    comps.remove(k, x)
+    np.testing.assert_allclose(q_loo[0], comps.quad(x[None], [k], fast=False)[0, 0], rtol=1e-9)
+    np.testing.assert_allclose(logdet_full + dlog[0], comps.logdet[k], rtol=1e-9)
+
+
+def test_gaussian_sym_kl_against_closed_form():
+    rng = np.random.default_rng(4)
+    A, B = rng.normal(size=(2, 3, 3))
+    covs = np.stack([A @ A.T + np.eye(3), B @ B.T + np.eye(3)])
+    mu = rng.normal(size=(2, 3))
+    precs = np.linalg.inv(covs)
+    logdets = np.linalg.slogdet(covs)[1]
+
+    def kl(i, j):
+        diff = mu[j] - mu[i]
+        return 0.5 * (np.trace(precs[j] @ covs[i]) + diff @ precs[j] @ diff - 3 + logdets[j] - logdets[i])
+
+    got = gaussian_sym_kl(mu, covs, precs, logdets)
+    np.testing.assert_allclose(got[0, 1], 0.5 * (kl(0, 1) + kl(1, 0)), rtol=1e-10)
+    np.testing.assert_allclose(np.diag(got), 0.0, atol=1e-10)
+
+
+# ------------------------------------------------------------------ predictive
+def test_log_predictive_matches_scipy_student_t(fitted):
+    model, X, *_ = fitted
+    rng = np.random.default_rng(5)
+    Y = rng.normal(0, 6, size=(20, X.shape[1]))
+    got = model.log_predictive(Y)
+    K, D = model.n_components_, model.dim_
+    assert got.shape == (20, K + 1)
+    for k in range(K):
+        mu, kappa, nu, psi = model.component_posterior(k)
+        df = nu - D + 1
+        ref = multivariate_t(loc=mu, shape=psi * (kappa + 1) / (kappa * df), df=df).logpdf(Y)
+        np.testing.assert_allclose(got[:, k], ref, atol=1e-8, rtol=0)
+    df0 = model.nu0_ - D + 1
+    prior = multivariate_t(loc=model.mu0_, shape=model.psi0_ * (model.kappa0_ + 1) / (model.kappa0_ * df0), df=df0)
+    np.testing.assert_allclose(got[:, K], prior.logpdf(Y), atol=1e-8, rtol=0)
+
+
+# ------------------------------------------------------------------ sampler
+def test_sweep_keeps_counts_and_statistics_consistent(fitted):
+    model, X, _, doms, _ = fitted
+    consistent(model, X, doms)
+    X2, _, doms2, _ = blobs(n=200, spread=2.0, seed=7)  # overlapping: many moves
+    for flat in (False, True):
+        m = HDPGMM(sweeps=5, burn_in=0, seed=1, flat=flat, block=16).fit(X2, doms2)
+        assert sum(h["moves"] for h in m.history_[1:]) > 0
+        consistent(m, X2, doms2)
+
+
+def test_blocked_sweep_equals_point_by_point_sweep():
+    X, _, doms, _ = blobs(n=150, spread=2.5, seed=8)
+    kw = dict(sweeps=4, burn_in=0, seed=3, flat=True, dtype="float64", init_size=30)
+    a = HDPGMM(block=64, **kw).fit(X, doms)
+    b = HDPGMM(block=1, **kw).fit(X, doms)
+    assert sum(h["moves"] for h in a.history_[1:]) > 0
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+def test_reproducible_by_seed_and_seeds_differ():
+    X, _, doms, _ = blobs(n=200, spread=2.0, seed=9)
+    a = HDPGMM(sweeps=5, burn_in=0, seed=11).fit(X, doms)
+    b = HDPGMM(sweeps=5, burn_in=0, seed=11).fit(X, doms)
+    c = HDPGMM(sweeps=5, burn_in=0, seed=12).fit(X, doms)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert [h["loglik"] for h in a.history_] == [h["loglik"] for h in b.history_]
+    assert [h["loglik"] for h in a.history_] != [h["loglik"] for h in c.history_]
+
+
+def test_recovers_well_separated_clusters_with_default_prior():
+    X, labels, doms, _ = blobs(n=400, dim=16, k=8, spread=6.0, seed=10)
+    model = HDPGMM(sweeps=20, burn_in=10, seed=0).fit(X, doms)
+    assert adjusted_rand_score(labels, model.labels_) > 0.9
+
+
+def test_paper_preset_exists_and_differs(fitted):
+    model, X, _, doms, _ = fitted
+    paper = HDPGMM(sweeps=0, prior="paper").fit(X, doms)
+    np.testing.assert_allclose(paper.psi0_, 1.2 * np.cov(X, rowvar=False) + 1e-9 * np.eye(X.shape[1]))
+    assert paper.nu0_ == X.shape[1] + 2
+    assert not np.allclose(paper.psi0_, model.psi0_)
+    with pytest.raises(ValueError, match="prior="):
+        HDPGMM(prior="flat")
+
+
+# ------------------------------------------------------------------ refit and merge
+def constructed(X, labels, doms, **params):
+    """A model whose state holds the given hard labels (through the public persistence API)."""
+    base = HDPGMM(sweeps=0, **params).fit(X, doms)
+    arrays = {k: v for k, v in base.state_arrays().items() if k not in ("winv", "logdet", "updates")}
+    K = int(labels.max()) + 1
+    Xc = X - base.mu0_
+    arrays.update(labels=labels, component_ids=np.arange(K), next_id=np.array(K),
+                  n=np.bincount(labels, minlength=K).astype(float),
+                  S1=np.stack([Xc[labels == k].sum(0) for k in range(K)]),
+                  S2=np.stack([Xc[labels == k].T @ Xc[labels == k] for k in range(K)]),
+                  n_dk=np.stack([np.bincount(labels[doms == d], minlength=K) for d in range(2)]),
+                  m_dk=np.ones((2, K), dtype=np.int64), beta=np.full(K, 0.9 / K), beta_u=np.array(0.1))
+    return HDPGMM.from_state_arrays(arrays)
+
+
+def test_refit_merges_near_duplicates_and_keeps_distinct_components():
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(2000, 3))
+    doms = rng.integers(0, 2, 2000)
+    halves = (np.arange(2000) % 2).astype(np.int64)
+    model = constructed(X, halves, doms, merge_eps=0.1, prior="paper")
+    out = model.refit()
+    assert out["merges"] == 1 and model.n_components_ == 1 and model.merges_ == 1
+    consistent(model, X, doms)
+    X2 = np.concatenate([X[:1000], X[1000:] + 20.0])
+    truth = np.repeat([0, 1], 1000)
+    model = constructed(X2, truth, doms, merge_eps=0.1, prior="paper")
+    out = model.refit()
+    assert out == {"births": 0, "merges": 0, "removed": 0} and model.n_components_ == 2
+    np.testing.assert_array_equal(model.labels_, truth)
+
+
+# ------------------------------------------------------------------ online
+def test_novelty_birth_for_outlier_not_for_inlier(fitted):
+    model = HDPGMM.from_state_arrays(fitted[0].state_arrays())
+    X, labels, _, means = fitted[1:]
+    K = model.n_components_
+    inlier = model.partial_fit(means[labels[0]] + 0.1, domain=0)
+    assert inlier["born"] is False and inlier["cause"] is None
+    assert inlier["component"] == model.labels_[0] and model.n_components_ == K
+    out = model.partial_fit(np.full(X.shape[1], 200.0), domain=1)
+    assert out == {**out, "born": True, "cause": "novelty", "component": K}
+    assert model.births_ == {"novelty": 1, "sample": 0, "refit": 0} and model.n_components_ == K + 1
+    assert model.component_ids_[K] > max(fitted[0].component_ids_)  # a never-used id
+    assert model.labels_[-1] == K and len(model.labels_) == len(X) + 2
+
+
+def test_bernoulli_birth_mode_is_reproducible(fitted):
+    arrays = fitted[0].state_arrays()
+    rng = np.random.default_rng(13)
+    rows = np.concatenate([fitted[1][:5] + 0.5, rng.normal(0, 30, (5, fitted[1].shape[1]))])
+    runs = []
+    for _ in range(2):
+        model = HDPGMM.from_state_arrays(arrays, birth="sample")
+        runs.append([model.partial_fit(x, i % 2) for i, x in enumerate(rows)])
+    assert runs[0] == runs[1]
+    assert {r["cause"] for r in runs[0] if r["born"]} == {"sample"}
+
+
+# ------------------------------------------------------------------ retrieval
+def test_retrieval_order_threshold_domain_and_centroids(fitted):
+    model, X, labels, doms, means = fitted
+    z = model.labels_
+    hits = model.retrieve(X[:10], top_k=3)
+    for row, hit in enumerate(hits):
+        assert hit[0][0] == z[row] and len(hit) == 3
+        assert [w for _, w, _ in hit] == sorted((w for _, w, _ in hit), reverse=True)
+        assert z[hit[0][2]] == hit[0][0]  # medoid is a member
+    weights = np.array([w for _, w, _ in model.retrieve(X[:1], top_k=model.n_components_)[0]])
+    np.testing.assert_allclose(weights.sum(), 1.0)
+    thr = model.retrieve(X[:1], threshold=1e-12)[0]
+    assert all(w >= 1e-12 for _, w, _ in thr) and thr[0][0] == z[0]
+    pred = model.predict_domain(X[:10])
+    C = model.domain_centroids_
+    np.testing.assert_array_equal(pred, np.argmin(((X[:10, None] - C[None]) ** 2).sum(-1), axis=1))
+    assert model.retrieve(X[:10], top_k=3, domain=pred) == hits
+    assert model.retrieve(X[:10], top_k=3, domain=1 - pred) != hits
+    cen = model.retrieve(X[:10], top_k=2, method="centroids")
+    mus = np.stack([model.component_posterior(k)[0] for k in range(model.n_components_)])
+    np.testing.assert_array_equal([c[0][0] for c in cen], np.argmin(((X[:10, None] - mus[None]) ** 2).sum(-1), 1))
+
+
+def test_medoid_is_member_nearest_to_mean(fitted):
+    model, X, *_ = fitted
+    z = model.labels_
+    for k, row in enumerate(model.medoids_):
+        members = np.flatnonzero(z == k)
+        mu = model.component_posterior(k)[0]
+        assert row == members[np.argmin(((X[members] - mu) ** 2).sum(1))]
+
+
+def test_state_round_trip_identical_retrieve_and_updates(fitted):
+    model = HDPGMM.from_state_arrays(fitted[0].state_arrays())
+    X = fitted[1]
+    copy = HDPGMM.from_state_arrays({k: np.array(v) for k, v in model.state_arrays().items()})
+    assert copy.get_params() == model.get_params()
+    assert copy.retrieve(X[:20]) == model.retrieve(X[:20])
+    rng = np.random.default_rng(14)
+    for m in (model, copy):
+        m._log = [m.partial_fit(x, i % 2) for i, x in enumerate(rng.normal(0, 9, (6, X.shape[1])))]
+        rng = np.random.default_rng(14)
+        m._log.append(m.refit())
+    assert model._log == copy._log
+    np.testing.assert_array_equal(model.labels_, copy.labels_)
+    np.testing.assert_array_equal(model.component_ids_, copy.component_ids_)
+    assert copy.retrieve(X[:20]) == model.retrieve(X[:20])
+
+
+# ------------------------------------------------------------------ errors
+def test_clear_errors_name_the_field(fitted):
+    model, X, *_ = fitted
+    with pytest.raises(ValueError, match="queries: expected dimension D=6"):
+        model.retrieve(X[:2, :4])
+    bad = X[:3].copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match="X: row 1 contains NaN"):
+        HDPGMM().fit(bad)
+    with pytest.raises(ValueError, match="domain=5: out of range"):
+        model.retrieve(X[:1], domain=5)
+    m = HDPGMM.from_state_arrays(model.state_arrays())
+    with pytest.raises(ValueError, match="domain=2: out of range"):
+        m.partial_fit(X[0], domain=2)
+    with pytest.raises(ValueError, match="x: expected dimension"):
+        m.partial_fit(X[0, :3], domain=0)
+    with pytest.raises(ValueError, match="domains: expected a 1-D integer array of length 3"):
+        HDPGMM().fit(X[:3], np.array([0, 1]))
+    with pytest.raises(ValueError, match="tau_new"):
+        HDPGMM(tau_new=2.0)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        HDPGMM().retrieve(X[:1])
