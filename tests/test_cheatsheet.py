@@ -274,3 +274,27 @@ def test_eval_rows_run_with_their_own_cheatsheets(corpus, tiny_model_dir, tmp_pa
         "memory_completion_tokens_per_question" not in res["bc_static"]
         or res["bc_static"]["memory_completion_tokens_per_question"] == 0
     )
+
+
+class VersionedEmbedder:
+    """An embedder whose spec carries a key its constructor does not take (like the lm embedder's model signature)."""
+
+    name = "tests.test_cheatsheet:VersionedEmbedder"
+
+    def __init__(self, dim: int = 4) -> None:
+        self.dim = dim
+
+    def embed(self, texts):
+        return np.ones((len(texts), self.dim), dtype=np.float32)
+
+    def spec(self):
+        return {"name": self.name, "dim": self.dim, "model_signature": "v2"}
+
+
+def test_a_corpus_is_never_queried_with_another_encoder():
+    from metamod.memory.cheatsheet import shared_embedder
+
+    same = {"name": VersionedEmbedder.name, "dim": 3, "model_signature": "v2"}
+    assert shared_embedder(same).dim == 3  # unknown spec keys are checked, not passed to the constructor
+    with pytest.raises(ValueError, match="embedded with {model_signature: 'v1'}.*has {model_signature: 'v2'}"):
+        shared_embedder({**same, "model_signature": "v1"})

@@ -8,7 +8,7 @@ from scipy.stats import multivariate_t
 from sklearn.metrics import adjusted_rand_score
 
 from metamod.memory.hdp import HDPGMM
-from metamod.memory.hdp_stats import NIWComponents, chol_update, gaussian_sym_kl, loo_quadratic
+from metamod.memory.hdp_stats import NIWComponents, chol_update, gaussian_sym_kl, inv_chol_rank1, loo_quadratic
 
 
 def blobs(n=300, dim=6, k=5, spread=8.0, seed=0, scale=1.0):
@@ -79,6 +79,32 @@ def test_chol_rank1_update_and_downdate_match_fresh_factorisation():
     np.testing.assert_allclose(chol_update(up, v, downdate=True), L, atol=1e-10)
     with pytest.raises(ValueError, match="not positive definite"):
         chol_update(np.eye(2), np.array([2.0, 0.0]), downdate=True)
+
+
+def test_inv_chol_rank1_matches_reference_formula_and_fresh_factor():
+    rng = np.random.default_rng(21)
+    for dim in (5, 37, 48):  # 37: the blocked running sum pads its last block
+        A = rng.normal(size=(dim, dim))
+        A = A @ A.T + dim * np.eye(dim)
+        W = np.linalg.inv(np.linalg.cholesky(A))
+        v = rng.normal(size=dim)
+        for sign in (1.0, -1.0):
+            vs = v if sign > 0 else 0.3 * v
+            got, dlog = inv_chol_rank1(W, vs, sign)
+            # the former implementation: a strictly-lower-ones matrix product (O(D^3))
+            w = W @ vs
+            t = 1.0 + sign * np.cumsum(w * w)
+            tp = np.concatenate([[1.0], t[:-1]])
+            ref = (W - (np.tril(np.ones((dim, dim)), -1) @ (W * w[:, None])) * (sign * w / tp)[:, None])
+            ref *= np.sqrt(tp / t)[:, None]
+            np.testing.assert_allclose(got, ref, atol=1e-13)
+            fresh = np.linalg.inv(np.linalg.cholesky(A + sign * np.outer(vs, vs)))
+            np.testing.assert_allclose(got, fresh, atol=1e-10)
+            np.testing.assert_allclose(dlog, np.linalg.slogdet(A + sign * np.outer(vs, vs))[1]
+                                       - np.linalg.slogdet(A)[1], atol=1e-10)
+        out = W.copy()
+        inv_chol_rank1(out, v, out=out)  # in place
+        np.testing.assert_allclose(out, inv_chol_rank1(W, v)[0], atol=0)
 
 
 def test_loo_formula_matches_explicit_removal():
@@ -237,6 +263,74 @@ def test_bernoulli_birth_mode_is_reproducible(fitted):
         runs.append([model.partial_fit(x, i % 2) for i, x in enumerate(rows)])
     assert runs[0] == runs[1]
     assert {r["cause"] for r in runs[0] if r["born"]} == {"sample"}
+
+
+def test_insert_fast_path_equals_refactorising_every_change(fitted):
+    arrays = fitted[0].state_arrays()
+    fast, slow = HDPGMM.from_state_arrays(arrays), HDPGMM.from_state_arrays(arrays)
+    slow.comps.refresh_every = 0  # every change refactors Psi_n from the statistics (LAPACK), no rank-1 updates
+    rng = np.random.default_rng(22)
+    rows = np.concatenate([fitted[1][:12] + rng.normal(0, 0.5, (12, fitted[1].shape[1])),
+                           np.full((1, fitted[1].shape[1]), 150.0)])
+    for i, x in enumerate(rows):
+        a, b = fast.partial_fit(x, i % 2), slow.partial_fit(x, i % 2)
+        assert (a["component"], a["born"], a["cause"]) == (b["component"], b["born"], b["cause"])
+        np.testing.assert_allclose(a["rho_new"], b["rho_new"], rtol=1e-9, atol=1e-300)
+    K = fast.n_components_
+    assert fast.comps.updates[:K].max() > 0 and slow.comps.updates[:K].max() == 0
+    np.testing.assert_allclose(fast.comps.winv[:K], slow.comps.winv[:K], atol=1e-10)
+    np.testing.assert_allclose(fast.comps.logdet[:K], slow.comps.logdet[:K], rtol=1e-10)
+    q = fitted[1][:15]
+    np.testing.assert_allclose(fast.log_predictive(q), slow.log_predictive(q), rtol=1e-9)
+
+
+def test_incremental_medoids_and_centroids_equal_recomputation(fitted):
+    model = HDPGMM.from_state_arrays(fitted[0].state_arrays())
+    X = fitted[1]
+    model.retrieve(X[:2])  # fills the medoid cache
+    rng = np.random.default_rng(23)
+    for i, x in enumerate(np.concatenate([X[:8] + rng.normal(0, 1.0, (8, X.shape[1])),
+                                          np.full((1, X.shape[1]), -120.0), X[8:12] + 0.3])):
+        model.partial_fit(x, i % 2)
+        if i % 3 == 0 and i < 10:
+            model.retrieve(X[:1])  # interleaved queries bring only the touched components up to date
+    assert model.births_["novelty"] >= 1 and model._medoid_stale
+    lazy = model.medoids_
+    model._medoid_dirty = True  # force the full recomputation
+    np.testing.assert_array_equal(lazy, model.medoids_)
+    z, rows = model.labels_, model._X
+    for k, row in enumerate(lazy):
+        members = np.flatnonzero(z == k)
+        mu = model.component_posterior(k)[0]
+        assert row == members[np.argmin(((rows[members] - mu) ** 2).sum(1))]
+    doms = model._doms
+    np.testing.assert_allclose(model.domain_centroids_, np.stack([rows[doms == d].mean(0) for d in range(2)]))
+    df, c, ln = model.comps.consts()  # the cached Student-t constants follow the updates
+    fresh = model.comps.consts(np.arange(model.n_components_))
+    for got, ref in zip((df, c, ln), fresh, strict=True):
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_batched_retrieval_equals_per_query_retrieval(fitted):
+    model, X, *_ = fitted
+    rng = np.random.default_rng(24)
+    Q = np.concatenate([X[:70] + rng.normal(0, 1.5, (70, X.shape[1]))])  # >= 64 rows: the batched GEMM path
+    for kwargs in ({"top_k": 3}, {"threshold": 1e-4}, {"top_k": 2, "domain": 1}):
+        batch = model.retrieve(Q, **kwargs)
+        for q, hit in zip(Q, batch, strict=True):
+            one = model.retrieve(q[None], **kwargs)[0]
+            assert [(k, m) for k, _, m in one] == [(k, m) for k, _, m in hit]
+            np.testing.assert_allclose([w for _, w, _ in one], [w for _, w, _ in hit], rtol=1e-5, atol=1e-12)
+
+
+def test_threads_option_does_not_change_the_fit():
+    X, _, doms, _ = blobs(n=200, seed=5)
+    a = HDPGMM(sweeps=4, burn_in=2, seed=3, block=64).fit(X, doms)
+    b = HDPGMM(sweeps=4, burn_in=2, seed=3, block=64, threads=1).fit(X, doms)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert b.get_params()["threads"] == 1
+    with pytest.raises(ValueError, match="threads=0"):
+        HDPGMM(threads=0)
 
 
 # ------------------------------------------------------------------ retrieval

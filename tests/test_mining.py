@@ -420,3 +420,42 @@ def test_hashing_users_never_import_torch():
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_reflection_records_read_method_sentences_and_skip_verdicts():
+    from metamod.memory.mining import reflection_records
+
+    text = (
+        "No, the attempted solution is wrong.\n1. Convert both lengths to centimetres before adding 3 and 40.\n"
+        "2. Then subtract the 12 cm that were cut off from the total length.\nThe answer is 28.\n24"
+    )
+    found = reflection_records(text, 5)
+    assert found == [
+        ("convert-both-lengths-centimetres", "Convert both lengths to centimetres before adding <n> and <n>."),
+        ("subtract-cm-were-cut", "Then subtract the <n> cm that were cut off from the total length."),
+    ]
+    assert reflection_records(text, 1) == found[:1]
+    assert reflection_records("", 3) == [] and reflection_records(None, 3) == []
+
+
+def test_records_from_chooses_the_source_without_remining():
+    from metamod.memory.mine import build_behaviours
+
+    row = {
+        "id": "arith/a",
+        "domain": "arith",
+        "question": "Q",
+        "correct": None,
+        "records": [["combine-quantities", "Add the amounts <n> and <n> to the total."]],
+        "reflection": "First convert every amount to cents before adding the prices together.",
+        "extraction": "",
+    }
+    names = {
+        src: [b["name"] for b in build_behaviours([row], records_from=src)[0]]
+        for src in ("extraction", "reflection", "both")
+    }
+    assert names == {
+        "extraction": ["combine-quantities"],
+        "reflection": ["convert-amount-cents-before"],
+        "both": ["combine-quantities", "convert-amount-cents-before"],
+    }

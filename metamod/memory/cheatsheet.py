@@ -524,15 +524,35 @@ _EMBEDDER_CACHE: dict[str, Any] = {}
 def shared_embedder(spec: Mapping[str, Any]) -> Any:
     """One embedder per spec in a process: the rows of a run (up to ~20 memories) share a loaded encoder.
 
+    ``spec`` is what an embedder's ``spec()`` wrote (a corpus's ``embeddings.json``): the constructor takes the keys
+    it knows, and the built embedder's own spec must agree with every saved key (e.g. the model's signature), so a
+    corpus is never queried with a different encoder.
+
     >>> shared_embedder({"name": "hashing", "n_features": 64}) is shared_embedder({"n_features": 64, "name": "hashing"})
     True
     """
+    import inspect
     import json
+
+    from metamod.memory.embed import EMBEDDERS
+    from metamod.registry import resolve
 
     key = json.dumps(dict(spec), sort_keys=True, default=str)
     if key not in _EMBEDDER_CACHE:
         options = dict(spec)
-        _EMBEDDER_CACHE[key] = build_embedder(options.pop("name"), **options)
+        name = options.pop("name")
+        accepted = inspect.signature(resolve(EMBEDDERS, name, what="embedder").__init__).parameters
+        embedder = build_embedder(name, **{k: v for k, v in options.items() if k in accepted})
+        built = json.loads(json.dumps(embedder.spec(), default=str))
+        saved = json.loads(json.dumps(dict(spec), default=str))
+        differ = sorted(k for k in saved if k in built and built[k] != saved[k])
+        if differ:
+            raise ValueError(
+                f"embedder {name}: the corpus was embedded with {{{', '.join(f'{k}: {saved[k]!r}' for k in differ)}}} "
+                f"but this machine's embedder has {{{', '.join(f'{k}: {built[k]!r}' for k in differ)}}}; "
+                "re-embed the corpus (rerun `metamod mine-behaviours`, which rebuilds embeddings.npz)"
+            )
+        _EMBEDDER_CACHE[key] = embedder
     return _EMBEDDER_CACHE[key]
 
 

@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -89,13 +90,16 @@ class HDPGMM:
         dtype: dtype of the sweep / retrieval GEMM ("float32" or "float64").
         block: points per block in the sweep kernel. init_size: rows of the sequential CRP initialisation;
             init_sweeps: Gibbs sweeps over those rows before the other rows are labelled from them.
+        threads: BLAS threads for the big GEMMs (sweep blocks, batches of >= 64 queries); None keeps the caller's
+            setting. Small products always run on one thread; on a loaded machine one thread is often faster for
+            the big ones too (benchmarks/README.md). Does not change results.
     """
 
     def __init__(self, *, sweeps: int = 100, burn_in: int = 50, seed: int = 0, gamma: float = 5.0, alpha: float = 1.0,
                  kappa0: float | None = None, nu0: float | None = None, psi_scale: float = 1.2, prior: str = "stable",
                  flat: bool = False, tau_new: float = 0.5, birth: str = "threshold", merge: bool = True,
                  merge_eps: float = 0.1, dtype: str = "float32", block: int = 256, init_size: int = 1000,
-                 init_sweeps: int = 5) -> None:
+                 init_sweeps: int = 5, threads: int | None = None) -> None:
         if prior not in PRIORS:
             raise ValueError(f"prior={prior!r}: expected one of {PRIORS}")
         if birth not in BIRTH_MODES:
@@ -108,6 +112,8 @@ class HDPGMM:
                 raise ValueError(f"{name}={value!r}: expected a positive number")
         if not 0.0 <= tau_new <= 1.0:
             raise ValueError(f"tau_new={tau_new!r}: expected a probability in [0, 1]")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads={threads!r}: expected None or an integer >= 1")
         if sweeps < 0 or burn_in < 0 or block < 1 or init_size < 1:
             raise ValueError(f"sweeps={sweeps}, burn_in={burn_in}, block={block}, init_size={init_size}: "
                              "expected sweeps, burn_in >= 0 and block, init_size >= 1")
@@ -115,13 +121,20 @@ class HDPGMM:
         self.kappa0, self.nu0, self.psi_scale, self.prior, self.flat = kappa0, nu0, psi_scale, prior, bool(flat)
         self.tau_new, self.birth, self.merge, self.merge_eps = tau_new, birth, bool(merge), merge_eps
         self.dtype, self.block, self.init_size, self.init_sweeps = dtype, int(block), int(init_size), int(init_sweeps)
+        self.threads = threads
         self._fitted = False
 
     def get_params(self) -> dict[str, Any]:
         """JSON-safe constructor parameters."""
         return {name: getattr(self, name) for name in (
             "sweeps", "burn_in", "seed", "gamma", "alpha", "kappa0", "nu0", "psi_scale", "prior", "flat", "tau_new",
-            "birth", "merge", "merge_eps", "dtype", "block", "init_size", "init_sweeps")}
+            "birth", "merge", "merge_eps", "dtype", "block", "init_size", "init_sweeps", "threads")}
+
+    def _gemm_threads(self, rows: int):
+        """BLAS thread scope for a product over ``rows`` points: one thread under 64, else ``threads``."""
+        if rows < 64:
+            return blas_threads(1)
+        return nullcontext() if self.threads is None else blas_threads(self.threads)
 
     def fit(self, X: np.ndarray, domains: np.ndarray | None = None) -> HDPGMM:
         """Offline fit: prior from the data, initialisation, then ``sweeps`` collapsed Gibbs sweeps."""
@@ -153,10 +166,17 @@ class HDPGMM:
         self.comps = NIWComponents(dim=D, kappa0=kappa0, nu0=nu0, psi0=psi0, dtype=np.dtype(self.dtype))
         n = len(X)
         X = np.asarray(X, dtype=np.float64)
-        self._rows = {"_X": X.copy(), "_Xc64": X - self.mu0_,  # statistics always use the float64 centred rows
-                      "_Xc": (X - self.mu0_).astype(self.dtype),  # the GEMM copy
-                      "_doms": doms.copy(), "_z": np.full(n, -1, dtype=np.int64),
-                      "_logf0": self.comps.prior_logpdf(X - self.mu0_)}
+        Xc = X - self.mu0_
+        values = {"_X": X, "_Xc64": Xc,  # statistics always use the float64 centred rows
+                  "_Xc": Xc.astype(self.dtype),  # the GEMM copy
+                  "_doms": doms, "_z": np.full(n, -1, dtype=np.int64), "_logf0": self.comps.prior_logpdf(Xc)}
+        # head-room for online inserts: np.empty pages are only committed when written, so doubling the capacity
+        # costs no memory until used, and the first insert does not copy every row
+        self._rows = {}
+        for name, value in values.items():
+            buf = np.empty((max(16, 2 * n), *value.shape[1:]), dtype=value.dtype)
+            buf[:n] = value
+            self._rows[name] = buf
         self._n_rows = n
         self._view_rows()
         self._ndk = np.zeros((self.n_domains_, 16), dtype=np.int64)
@@ -170,7 +190,10 @@ class HDPGMM:
         self._dom_sum = np.zeros((self.n_domains_, D))
         np.add.at(self._dom_sum, doms, self._X)
         self._dom_count = np.bincount(doms, minlength=self.n_domains_).astype(np.int64)
+        self._centroid_cache: tuple[np.ndarray, np.ndarray] | None = None
         self._medoid_dirty, self._fitted = True, True
+        self._medoid_stale: set[int] = set()
+        self._medoids = np.zeros(0, dtype=np.int64)
 
     def _view_rows(self) -> None:
         """Row arrays are views of growable buffers (amortised O(1) appends in partial_fit)."""
@@ -260,7 +283,8 @@ class HDPGMM:
             else:
                 w = (self._ndk[self._doms[r], :K] + self.alpha * self._beta[:K]).T
                 w_new = np.full(len(r), self.alpha * self._beta_u)
-            out[:K, s:s + 4096] = np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[r])
+            with self._gemm_threads(len(r)):
+                out[:K, s:s + 4096] = np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[r])
             out[K, s:s + 4096] = np.log(w_new) + self._logf0[r]
         return out
 
@@ -309,7 +333,8 @@ class HDPGMM:
     def _sweep_block(self, idx: np.ndarray) -> tuple[int, int]:
         comps, D, B = self.comps, self.dim_, len(idx)
         Xb, doms, z = self._Xc[idx], self._doms[idx], self._z[idx].copy()
-        Q = comps.quad(Xb)
+        with self._gemm_threads(B):
+            Q = comps.quad(Xb)
         df, c, ln = comps.consts()
         F = t_logpdf_from_q(Q, df[:, None], c[:, None], ln[:, None], D)
         u = self._rng.random(B)
@@ -394,29 +419,63 @@ class HDPGMM:
 
     @property
     def domain_centroids_(self) -> np.ndarray:
-        return self._dom_sum / np.maximum(self._dom_count, 1)[:, None]
+        return self._centroids()[0].copy()
+
+    def _centroids(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cached domain centroids (running means; an insert invalidates them) and their squared norms."""
+        if self._centroid_cache is None:
+            C = self._dom_sum / np.maximum(self._dom_count, 1)[:, None]
+            self._centroid_cache = (C, np.einsum("ij,ij->i", C, C))
+        return self._centroid_cache
 
     @property
     def medoids_(self) -> np.ndarray:
         """(K,) stored row of each component's hard members nearest to its posterior mean (-1: no member)."""
         self._check_fitted()
+        return self._current_medoids().copy()
+
+    def _current_medoids(self) -> np.ndarray:
+        """The medoid cache, brought up to date: fully after a sweep / compaction, otherwise only for the
+        components an online insert touched (their means moved; one pass over the labels plus their members)."""
+        K = self.comps.size
         if self._medoid_dirty:
-            K = self.comps.size
-            Xc = self._Xc64
-            d2 = np.einsum("ij,ij->i", Xc - self.comps.mu[self._z], Xc - self.comps.mu[self._z])
-            order = np.lexsort((np.arange(len(d2)), d2, self._z))  # by label, distance, row
-            lab = self._z[order]
-            first = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])
-            self._medoids = np.full(K, -1, dtype=np.int64)
-            self._medoids[lab[first]] = order[first]
-            self._medoid_dirty = False
-        return self._medoids.copy()
+            self._medoids = self._medoids_of(None, K)
+            self._medoid_dirty, self._medoid_stale = False, set()
+        elif self._medoid_stale or len(self._medoids) != K:
+            stale = np.array(sorted(self._medoid_stale | set(range(len(self._medoids), K))), dtype=np.int64)
+            grown = np.full(K, -1, dtype=np.int64)
+            grown[: min(K, len(self._medoids))] = self._medoids[:K]
+            grown[stale] = -1
+            mask = np.zeros(K, dtype=bool)
+            mask[stale] = True
+            rows = np.flatnonzero(mask[np.maximum(self._z, 0)] & (self._z >= 0))
+            part = self._medoids_of(rows, K)
+            grown[stale] = part[stale]
+            self._medoids, self._medoid_stale = grown, set()
+        return self._medoids
+
+    def _medoids_of(self, rows: np.ndarray | None, K: int) -> np.ndarray:
+        """(K,) medoid row per component among ``rows`` (None: all; by label, distance, then row index; -1: none)."""
+        if rows is None:
+            rows, z, X = np.arange(len(self._z)), self._z, self._Xc64
+        else:
+            z, X = self._z[rows], self._Xc64[rows]
+        diff = X - self.comps.mu[z]
+        d2 = np.einsum("ij,ij->i", diff, diff)
+        order = np.lexsort((rows, d2, z))
+        lab = z[order]
+        first = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]]) if len(lab) else np.zeros(0, dtype=np.int64)
+        out = np.full(K, -1, dtype=np.int64)
+        out[lab[first]] = rows[order[first]]
+        return out
 
     def predict_domain(self, queries: np.ndarray) -> np.ndarray:
         """Nearest domain centroid (squared Euclidean) of each query row."""
-        Q = as_rows(queries, "queries", dim=self.dim_)
-        C = self.domain_centroids_
-        return np.argmin(np.einsum("ij,ij->i", C, C)[None, :] - 2.0 * Q @ C.T, axis=1)
+        return self._nearest_domain(as_rows(queries, "queries", dim=self.dim_))
+
+    def _nearest_domain(self, Q: np.ndarray) -> np.ndarray:
+        C, sq = self._centroids()
+        return np.argmin(sq[None, :] - 2.0 * Q @ C.T, axis=1)
 
     def retrieve(self, queries: np.ndarray, top_k: int = 5, threshold: float | None = None, domain=None,
                  method: str = "predictive") -> list[list[tuple[int, float, int]]]:
@@ -437,23 +496,26 @@ class HDPGMM:
         Qc = Q - self.mu0_
         if method == "predictive":
             if domain is None:
-                doms = self.predict_domain(Q)
+                doms = self._nearest_domain(Q)
             else:
                 doms = as_domain(np.broadcast_to(np.asarray(domain), (len(Q),)), "domain", n_domains=self.n_domains_)
             if self.flat:
                 logpi = np.log(np.maximum(self._ndk[:, :K].sum(axis=0), 1e-300))[:, None]
             else:
                 logpi = np.log(self._ndk[doms, :K] + self.alpha * self._beta[:K]).T
-            logits = logpi + self._component_logpdf(Qc)
+            with self._gemm_threads(len(Qc)):
+                logits = logpi + self._component_logpdf(Qc)
         else:
             d2 = (np.einsum("kd,kd->k", self.comps.mu[:K], self.comps.mu[:K])[:, None] - 2.0 * self.comps.mu[:K] @ Qc.T
                   + np.einsum("ij,ij->i", Qc, Qc)[None, :])
-            scale = np.mean([np.trace(self.comps.psi(k)) / (self.nu0_ + self.comps.n[k] - self.dim_ - 1.0)
-                             for k in range(K)]) / self.dim_
+            c, n = self.comps, self.comps.n[:K]
+            trace_psi = (np.trace(self.psi0_) + np.einsum("kii->k", c.S2[:K])
+                         - (self.kappa0_ + n) * np.einsum("kd,kd->k", c.mu[:K], c.mu[:K]))
+            scale = np.mean(trace_psi / (self.nu0_ + n - self.dim_ - 1.0)) / self.dim_
             logits = -d2 / (2.0 * scale)
         W = np.exp(logits - logits.max(axis=0))
         W /= W.sum(axis=0)
-        medoids = self.medoids_
+        medoids = self._current_medoids()
         order = np.argsort(-W, axis=0, kind="stable")  # ties: lower component index first
         if threshold is None:
             order = order[: min(top_k, K)]
@@ -489,22 +551,26 @@ class HDPGMM:
         row = self._append_row(x, xc, d, logf0)
         self._dom_sum[d] += x
         self._dom_count[d] += 1
+        self._centroid_cache = None
         if cause is not None:
             k = self._new_component()
             self.comps.add(k, xc)
             self.births_[cause] += 1
+            self._medoid_stale.add(k)
         else:
             r = p[:K] / p[:K].sum()
-            for j in np.flatnonzero(r >= 1e-6):
-                self.comps.add(int(j), xc, float(r[j]))
+            touched = np.flatnonzero(r >= 1e-6).tolist()
+            for j in touched:
+                self.comps.add(j, xc, float(r[j]))
             k = int(np.argmax(r))
+            self._medoid_stale.update(touched)
+            self._medoid_stale.add(k)
         self._ndk[d, k] += 1
         self._z[row] = k
         if not self.flat:  # local table: a new one w.p. alpha beta_z / (alpha beta_z + n_{d,z} before this row)
             ab, before = self.alpha * self._beta[k], self._ndk[d, k] - 1
             if before == 0 or self._rng.random() < ab / (ab + before):
                 self._mdk[d, k] += 1
-        self._medoid_dirty = True
         return {"component": k, "born": cause is not None, "cause": cause, "rho_new": rho_new}
 
     def refit(self) -> dict[str, int]:
@@ -580,6 +646,7 @@ class HDPGMM:
         if "winv" in arrays:  # the saved (incrementally updated) factors; without them: fresh ones
             model.comps.winv[:K], model.comps.logdet[:K] = arrays["winv"], arrays["logdet"]
             model.comps.updates[:K] = arrays["updates"]
+            model.comps.version += 1  # log-determinants replaced: drop the cached Student-t constants
             for k in range(K):
                 model.comps._sync(k)
         model._grow(K)
@@ -590,6 +657,7 @@ class HDPGMM:
         model.births_ = dict(zip(("novelty", "sample", "refit"), (int(v) for v in arrays["births"]), strict=True))
         model.merges_ = int(arrays["merges"])
         model._dom_sum, model._dom_count = np.array(arrays["dom_sum"]), np.array(arrays["dom_count"])
+        model._centroid_cache = None
         model._logf0[:] = arrays["logf0"]
         model._rng = hs.rng_from_state(arrays["rng_state"])
         return model

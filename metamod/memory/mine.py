@@ -61,7 +61,15 @@ EMBEDDINGS_META = "embeddings.json"
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "mine_config.yaml"
 #: keys that may change between a run and its resumption without changing mined.jsonl
-_RESUME_FREE_KEYS = {"output_dir", "overwrite", "embedder", "embedder_options", "dedupe", "prompts_file"}
+_RESUME_FREE_KEYS = {
+    "output_dir",
+    "overwrite",
+    "embedder",
+    "embedder_options",
+    "dedupe",
+    "records_from",
+    "prompts_file",
+}
 DEDUPE_SCOPES = ("domain", "global")
 STAGES = ("solve", "reflect", "extract")
 _TASK_KEYS = ("task", "domain", "options")
@@ -125,6 +133,13 @@ class MineConfig:
         metadata={"help": "Questions per batched call of each stage; a batch is written at once (the resume unit)."},
     )
     max_behaviours: int = field(default=5, metadata={"help": "Most behaviour records kept per question."})
+    records_from: str = field(
+        default="extraction",
+        metadata={
+            "help": "Where records come from: extraction (the extract stage, the paper), reflection (the reflection's "
+            "own sentences: for models that copy the extract prompt's example) or both. Rebuilds the final files only."
+        },
+    )
     dedupe: str = field(
         default="domain",
         metadata={"help": "Deduplicate records by exact name within each domain (domain) or across domains (global)."},
@@ -161,6 +176,8 @@ class MineConfig:
         for name in ("solve_max_tokens", "reflect_max_tokens", "extract_max_tokens", "batch_size", "max_behaviours"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.records_from not in mining.RECORD_SOURCES:
+            raise ConfigError(f"records_from must be one of {mining.RECORD_SOURCES}, got {self.records_from!r}")
         if self.dedupe not in DEDUPE_SCOPES:
             raise ConfigError(f"dedupe must be one of {DEDUPE_SCOPES}, got {self.dedupe!r}")
         try:
@@ -329,7 +346,22 @@ def read_mined(path: Path) -> dict[str, dict[str, Any]]:
 # --------------------------------------------------------------------------------------------- the corpus
 
 
-def build_behaviours(rows: list[dict[str, Any]], *, dedupe: str = "domain") -> tuple[list[dict[str, Any]], int]:
+def row_records(row: dict[str, Any], records_from: str = "extraction", limit: int = 5) -> list[list[str]]:
+    """A mined row's records from the chosen source (:data:`metamod.memory.mining.RECORD_SOURCES`)."""
+    if records_from == "extraction":
+        return [list(r) for r in row["records"]]
+    outputs = mining.StageOutputs(
+        reflection=row.get("reflection") or "",
+        extraction=row.get("extraction") or "",
+        records=[tuple(r) for r in row["records"]],
+        tokens={},
+    )
+    return [list(r) for r in mining.records_of(outputs, records_from, limit)]
+
+
+def build_behaviours(
+    rows: list[dict[str, Any]], *, dedupe: str = "domain", records_from: str = "extraction", limit: int = 5
+) -> tuple[list[dict[str, Any]], int]:
     """The deduplicated behaviour rows of ``behaviours.jsonl`` (and the number of records before dedupe).
 
     >>> rows = [{"id": "arith/a", "domain": "arith", "question": "Q1", "correct": True,
@@ -341,7 +373,11 @@ def build_behaviours(rows: list[dict[str, Any]], *, dedupe: str = "domain") -> t
     >>> len(build_behaviours(rows, dedupe="global")[0]), build_behaviours(rows)[1]
     (2, 3)
     """
-    flat = [(row["domain"], str(name), str(description), row) for row in rows for name, description in row["records"]]
+    flat = [
+        (row["domain"], str(name), str(description), row)
+        for row in rows
+        for name, description in row_records(row, records_from, limit)
+    ]
     key = (lambda item: item[1]) if dedupe == "global" else (lambda item: (item[0], item[1]))
     kept = mining.dedupe_by_name(flat, key=key)
     out = [
@@ -363,7 +399,9 @@ def write_corpus(output_dir: Path, rows: list[dict[str, Any]], config: MineConfi
     """Write ``behaviours.jsonl``, ``embeddings.npz`` / ``.json`` from the mined rows; returns counts and timing."""
     from metamod.memory.embed import build_embedder
 
-    behaviours, raw = build_behaviours(rows, dedupe=config.dedupe)
+    behaviours, raw = build_behaviours(
+        rows, dedupe=config.dedupe, records_from=config.records_from, limit=config.max_behaviours
+    )
     with JsonlWriter(output_dir / BEHAVIOURS_FILE, resume=False) as writer:
         writer.write_many(behaviours)
     started = time.perf_counter()

@@ -334,6 +334,77 @@ def complete_lines(generation: Generation) -> str:
     return text
 
 
+#: where a question's behaviour records come from: the extract stage (the paper), the reflection's own sentences, or both
+RECORD_SOURCES = ("extraction", "reflection", "both")
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+_LEADER = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|step\s*\d+\s*[:.)-]?)\s*", re.IGNORECASE)
+_NAME_SKIP = frozenset(
+    "a an the to of and or in on for with by is are be it this that these those you your we our its as at from "
+    "then so if each every all any one first".split()
+)
+#: openings of a reflection sentence that judge the solution instead of describing a method
+_VERDICTS = (
+    "the answer",
+    "the final answer",
+    "the correct answer",
+    "yes",
+    "no",
+    "false",
+    "true",
+    "correct",
+    "the attempted solution",
+    "the solution is",
+    "this is correct",
+    "it is correct",
+)
+
+
+def reflection_records(text: str | None, limit: int) -> list[Record]:
+    """Behaviour records read from a reflection's own sentences (no extract stage): for models that cannot extract.
+
+    Each sentence or list line with at least five words, three of them alphabetic, that is not a verdict
+    (``The answer is ...``, ``Yes``) becomes a record: the description is the sentence with numbers as ``<n>``,
+    the name its first four content words. Never raises.
+
+    >>> reflection_records("Yes, it is right. 1. Convert both lengths to centimetres before adding 3 and 40.", 3)
+    [('convert-both-lengths-centimetres', 'Convert both lengths to centimetres before adding <n> and <n>.')]
+    """
+    if not text or limit < 1:
+        return []
+    found: list[Record] = []
+    seen: set[str] = set()
+    for piece in _SENTENCE_SPLIT.split(text):
+        sentence = _LEADER.sub("", piece).strip().strip('"')
+        words = sentence.split()
+        if len(words) < 5 or sum(w.isalpha() for w in words) < 3 or len(sentence) > 240:
+            continue
+        if sentence.lower().startswith(_VERDICTS):
+            continue
+        content = [w for w in re.findall(r"[A-Za-z]+", sentence) if w.lower() not in _NAME_SKIP]
+        name = normalise_name(" ".join(content[:4]))
+        record = _accept(name, sentence) if name else None
+        if record is None or record[0] in seen:
+            continue
+        seen.add(record[0])
+        found.append(record)
+        if len(found) >= limit:
+            break
+    return found
+
+
+def records_of(outputs: StageOutputs, source: str, limit: int) -> list[Record]:
+    """The records of one question from ``source`` (:data:`RECORD_SOURCES`); ``both``: extraction first."""
+    if source not in RECORD_SOURCES:
+        raise ValueError(f"records_from must be one of {RECORD_SOURCES}, got {source!r}")
+    records: list[Record] = []
+    if source in ("extraction", "both"):
+        records += list(outputs.records)
+    if source in ("reflection", "both"):
+        names = {name for name, _ in records}
+        records += [r for r in reflection_records(outputs.reflection, limit) if r[0] not in names]
+    return records[:limit] if source != "both" else records[: 2 * limit]
+
+
 def reflect_and_extract_outputs(
     generator: Generator,
     sampling: SamplingConfig,
