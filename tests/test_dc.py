@@ -9,7 +9,8 @@ import pytest
 
 from metamod.llm.base import Generation
 from metamod.memory.base import Guidance, GuidanceRequest, Memory, Observation
-from metamod.memory.dc import DCOptions, DynamicCheatsheet, load_corpus, parse_entries, select_corpus
+from metamod.memory.curation import load_corpus, parse_entries, select_corpus
+from metamod.memory.dc import DCOptions, DynamicCheatsheet
 from metamod.memory.registry import build_memory, needs_llm, parse_memory_options
 from metamod.tasks.base import Example
 from tests._memory_data import CAPITAL, PENS, PENS2, TRAIN, TRAIN2, NoGoldExample

@@ -50,7 +50,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
-from metamod.memory.dc import (
+from metamod.memory.curation import (
     MAX_TEXT_CHARS,
     chat_texts,
     lines,

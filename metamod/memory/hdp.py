@@ -560,8 +560,7 @@ class HDPGMM:
         else:
             r = p[:K] / p[:K].sum()
             touched = np.flatnonzero(r >= 1e-6).tolist()
-            for j in touched:
-                self.comps.add(j, xc, float(r[j]))
+            self.comps.add_many(touched, xc, r[touched])
             k = int(np.argmax(r))
             self._medoid_stale.update(touched)
             self._medoid_stale.add(k)
