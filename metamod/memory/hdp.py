@@ -560,7 +560,8 @@ class HDPGMM:
         else:
             r = p[:K] / p[:K].sum()
             touched = np.flatnonzero(r >= 1e-6).tolist()
-            self.comps.add_many(touched, xc, r[touched])
+            for j in touched:
+                self.comps.add(j, xc, float(r[j]))
             k = int(np.argmax(r))
             self._medoid_stale.update(touched)
             self._medoid_stale.add(k)

@@ -103,27 +103,25 @@ _TRI_CACHE: dict[int, np.ndarray] = {}
 
 
 def _row_cumsum(P: np.ndarray) -> np.ndarray:
-    """Inclusive cumulative sum over the rows of ``P`` ((..., n, m): each trailing matrix on its own), blocked:
-    a lower-ones product inside blocks of 16 rows plus a running sum of the block totals (numpy's
-    ``cumsum(axis=-2)`` does not vectorise; ~2x faster).
+    """Inclusive cumulative sum over the rows of ``P`` (n, m), blocked: a lower-ones product inside blocks of
+    16 rows plus a running sum of the block totals (numpy's ``cumsum(axis=0)`` does not vectorise; ~2x faster).
 
     >>> _row_cumsum(np.arange(6.0).reshape(3, 2)).tolist()
     [[0.0, 1.0], [2.0, 4.0], [6.0, 9.0]]
     """
-    *lead, n, m = P.shape
-    b = _CUMSUM_BLOCK
+    n, b = P.shape[0], _CUMSUM_BLOCK
     nb = -(-n // b)
     tri = _TRI_CACHE.get(b)
     if tri is None:
         tri = _TRI_CACHE.setdefault(b, np.tril(np.ones((b, b))))
     if nb * b != n:
-        padded = np.zeros((*lead, nb * b, m))
-        padded[..., :n, :] = P
+        padded = np.zeros((nb * b, P.shape[1]))
+        padded[:n] = P
         P = padded
-    C = np.matmul(tri, P.reshape(*lead, nb, b, m))
+    C = np.matmul(tri, P.reshape(nb, b, -1))
     if nb > 1:
-        C[..., 1:, :, :] += np.cumsum(C[..., :-1, -1, :], axis=-2)[..., None, :]
-    return C.reshape(*lead, nb * b, m)[..., :n, :]
+        C[1:] += np.cumsum(C[:-1, -1, :], axis=0)[:, None, :]
+    return C.reshape(nb * b, -1)[:n]
 
 
 def loo_quadratic(q: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -346,7 +344,9 @@ class NIWComponents:
         self.version += 1
         self.n[k] += w
         self.S1[k] += w * x
-        _ger(w, x, x, a=self.S2[k].T, overwrite_a=True)  # S2 += w x x^T in place (symmetric: the transpose is F order)
+        target = self.S2[k].T  # S2 += w x x^T in place (symmetric, and the transpose is Fortran order)
+        if _ger(w, x, x, a=target, overwrite_a=True) is not target:  # f2py copied after all: never silently lose it
+            raise RuntimeError("dger did not update S2 in place")
         if abs(self.n[k]) < 1e-9:
             self.n[k], self.S1[k], self.S2[k] = 0.0, 0.0, 0.0
             incremental = False
@@ -355,44 +355,6 @@ class NIWComponents:
             self._sync(k)
         elif refresh:
             self.refresh(k)
-
-    def add_many(self, slots: list[int], x: np.ndarray, weights: np.ndarray) -> None:
-        """Add ``x`` with weight ``weights[i] > 0`` to each of the distinct ``slots[i]``: the same result as
-        :meth:`add` slot by slot, with the rank-1 factor updates of the incremental slots done as one batch."""
-        slots, weights = np.asarray(slots, dtype=np.int64), np.asarray(weights, dtype=np.float64)
-        n = self.n[slots]
-        kappa = self.kappa0 + n
-        kappa_new = kappa + weights
-        batch = (self.updates[slots] < self.refresh_every) & (kappa_new > self.kappa0 + 1e-9) & (n > 1e-9)
-        for k, w in zip(slots[~batch].tolist(), weights[~batch].tolist(), strict=True):
-            self.add(k, x, w)
-        if not batch.any():
-            return
-        ks, w = slots[batch], weights[batch]
-        coef = kappa[batch] * w / kappa_new[batch]
-        v = np.sqrt(coef)[:, None] * (x - self.mu[ks])
-        W = self.winv[ks]
-        wv = np.matmul(W, v[:, :, None])[:, :, 0]
-        t = 1.0 + np.cumsum(wv * wv, axis=1)  # > 1: an update never fails
-        tp = np.empty_like(t)
-        tp[:, 0], tp[:, 1:] = 1.0, t[:, :-1]
-        S = _row_cumsum(W[:, :-1] * wv[:, :-1, None])
-        S *= (wv[:, 1:] / tp[:, 1:])[:, :, None]
-        out = np.empty_like(W)
-        out[:, 0] = W[:, 0]
-        np.subtract(W[:, 1:], S, out=out[:, 1:])
-        out *= np.sqrt(tp / t)[:, :, None]
-        self.winv[ks] = out
-        self.logdet[ks] += np.log(t[:, -1])
-        self.updates[ks] += 1
-        self.version += 1
-        self.n[ks] += w
-        self.S1[ks] += w[:, None] * x
-        for k, wk in zip(ks.tolist(), w.tolist(), strict=True):
-            _ger(wk, x, x, a=self.S2[k].T, overwrite_a=True)
-        self.mu[ks] = self.S1[ks] / (self.kappa0 + self.n[ks])[:, None]
-        self.w_fast[ks] = out
-        self.wmu_fast[ks] = np.matmul(out, self.mu[ks][:, :, None])[:, :, 0]
 
     def remove(self, k: int, x: np.ndarray, w: float = 1.0, *, refresh: bool = True) -> None:
         """Remove ``x`` with weight ``w`` from slot ``k`` (exact inverse of :meth:`add`)."""

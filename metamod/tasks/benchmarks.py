@@ -174,17 +174,22 @@ class TableTask:
 
     # -- loading --------------------------------------------------------------------------------------------------
 
+    def _read_source(self) -> Table:
+        """The raw column table: the local file, else the hub split(s). Subclasses whose hub source is not one plain
+        split (several configs, a zip of JSON files) override this; validation, skipping and sampling stay here."""
+        if self.data_files is not None:
+            return read_table(self.data_files)
+        if "+" in self.split:
+            parts = [part.strip() for part in self.split.split("+")]
+            table, self._origin = _concat_tables(
+                [load_hub_table(self.hub_path, self.subset, part) for part in parts], parts
+            )
+            return table
+        return load_hub_table(self.hub_path, self.subset, self.split)
+
     def _load(self) -> tuple[Table, list[int]]:
         if self._table is None or self._valid is None:
-            if self.data_files is not None:
-                table = read_table(self.data_files)
-            elif "+" in self.split:
-                parts = [part.strip() for part in self.split.split("+")]
-                table, self._origin = _concat_tables(
-                    [load_hub_table(self.hub_path, self.subset, part) for part in parts], parts
-                )
-            else:
-                table = load_hub_table(self.hub_path, self.subset, self.split)
+            table = self._read_source()
             require_columns(table, self._required_columns(), self.source)
             self._table = table
             kept = [index for index in range(self._num_rows()) if self._keep(index)]

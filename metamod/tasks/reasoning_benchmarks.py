@@ -25,9 +25,9 @@ from typing import Any
 
 from metamod.errors import InputError
 from metamod.tasks.base import Example
-from metamod.tasks.benchmarks import _LOGGED_IDS, TableTask, _as_text, _concat_tables
+from metamod.tasks.benchmarks import TableTask, _as_text, _concat_tables
 from metamod.tasks.grading import _boxed_contents
-from metamod.tasks.sources import Table, load_hub_table, read_table, require_columns
+from metamod.tasks.sources import Table, load_hub_table, read_table
 
 logger = logging.getLogger(__name__)
 
@@ -159,45 +159,8 @@ def _json_records(path: Path, is_record: str) -> list[tuple[str, dict[str, Any],
 
 
 class SourcedTableTask(TableTask):
-    """A :class:`~metamod.tasks.benchmarks.TableTask` whose raw table comes from :meth:`_read_source`.
-
-    Subclasses override :meth:`_read_source` when their hub source is not one plain split (several configs, a zip
-    of JSON files, a huge corpus of which only some columns are needed); validation, skipping and sampling are
-    the table task's.
-    """
-
-    def _read_source(self) -> Table:
-        """The raw column table: the local file, else the hub split(s)."""
-        if self.data_files is not None:
-            return read_table(self.data_files)
-        if "+" in self.split:
-            parts = [part.strip() for part in self.split.split("+")]
-            table, self._origin = _concat_tables(
-                [load_hub_table(self.hub_path, self.subset, part) for part in parts], parts
-            )
-            return table
-        return load_hub_table(self.hub_path, self.subset, self.split)
-
-    def _load(self) -> tuple[Table, list[int]]:
-        if self._table is None or self._valid is None:
-            table = self._read_source()
-            require_columns(table, self._required_columns(), self.source)
-            self._table = table
-            kept = [index for index in range(self._num_rows()) if self._keep(index)]
-            self._valid = [index for index in kept if self._build(index) is not None]
-            self.skipped_ids = [self._row_id(i) for i in sorted(set(kept) - set(self._valid))]
-            if self.skipped_ids:
-                shown = ", ".join(self.skipped_ids[:_LOGGED_IDS]) + (
-                    " ..." if len(self.skipped_ids) > _LOGGED_IDS else ""
-                )
-                logger.warning(
-                    "%s: skipped %d of %d rows without a question or a usable gold answer (ids: %s)",
-                    self.source,
-                    len(self.skipped_ids),
-                    len(kept),
-                    shown,
-                )
-        return self._table, self._valid
+    """A :class:`~metamod.tasks.benchmarks.TableTask` that overrides ``_read_source`` (its hub source is not one plain
+    split: several configs, a zip of JSON files, a huge corpus of which only some columns are needed)."""
 
 
 # ---------------------------------------------------------------------------------------------------- AIME'25
