@@ -64,8 +64,17 @@ class Dataset:
     truth0: np.ndarray | None = None
 
 
-def synthetic(*, dim: int, n0: int, stream: int, seed: int, sep: float = 0.5, k_corpus: int = 24, k_drift: int = 6,
-              drift_fraction: float = 0.3) -> Dataset:
+def synthetic(
+    *,
+    dim: int,
+    n0: int,
+    stream: int,
+    seed: int,
+    sep: float = 0.5,
+    k_corpus: int = 24,
+    k_drift: int = 6,
+    drift_fraction: float = 0.3,
+) -> Dataset:
     """The synthetic corpus + drifting stream described in the module docstring."""
     rng = np.random.default_rng(seed)
     k = k_corpus + k_drift
@@ -75,8 +84,9 @@ def synthetic(*, dim: int, n0: int, stream: int, seed: int, sep: float = 0.5, k_
     weights = rng.dirichlet(np.full(k_corpus, 2.0))
     lab0 = rng.choice(k_corpus, n0, p=weights)
     n_drift = int(round(drift_fraction * stream))
-    labS = np.concatenate([rng.choice(k_corpus, stream - n_drift, p=weights),
-                           k_corpus + rng.integers(0, k_drift, n_drift)])
+    labS = np.concatenate(
+        [rng.choice(k_corpus, stream - n_drift, p=weights), k_corpus + rng.integers(0, k_drift, n_drift)]
+    )
     labS = labS[rng.permutation(stream)]
 
     def draw(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -85,9 +95,11 @@ def synthetic(*, dim: int, n0: int, stream: int, seed: int, sep: float = 0.5, k_
 
     X0, d0 = draw(lab0)
     XS, dS = draw(labS)
-    note = (f"synthetic: D = {dim}, corpus {n0} rows from {k_corpus} clusters ({len(np.unique(lab0))} non-empty), "
-            f"stream {stream} rows ({stream - n_drift} from corpus clusters, {n_drift} from {k_drift} unseen "
-            f"clusters), two domains, seed {seed}")
+    note = (
+        f"synthetic: D = {dim}, corpus {n0} rows from {k_corpus} clusters ({len(np.unique(lab0))} non-empty), "
+        f"stream {stream} rows ({stream - n_drift} from corpus clusters, {n_drift} from {k_drift} unseen "
+        f"clusters), two domains, seed {seed}"
+    )
     return Dataset(X0, d0, XS, dS, labS >= k_corpus, note, truth0=lab0)
 
 
@@ -103,9 +115,11 @@ def from_corpus(folder: str, *, seed: int, fraction: float = 0.7) -> Dataset:
     cut = int(round(fraction * len(X)))
     head, tail = order[:cut], order[cut:]
     by_dom = ", ".join(f"{d}: {int((doms == i).sum())}" for i, d in enumerate(corpus.domains))
-    note = (f"corpus {folder}: {len(X)} behaviours ({by_dom}), embedder {corpus.embedder_spec.get('name')} "
-            f"{corpus.embedder_spec.get('model', '')}, PCA D = {X.shape[1]}; fitted on {len(head)} random rows, "
-            f"{len(tail)} streamed (seed {seed}). A SMALL corpus: with g >= {len(tail)} there is at most one refit")
+    note = (
+        f"corpus {folder}: {len(X)} behaviours ({by_dom}), embedder {corpus.embedder_spec.get('name')} "
+        f"{corpus.embedder_spec.get('model', '')}, PCA D = {X.shape[1]}; fitted on {len(head)} random rows, "
+        f"{len(tail)} streamed (seed {seed}). A SMALL corpus: with g >= {len(tail)} there is at most one refit"
+    )
     return Dataset(X[head], doms[head], X[tail], doms[tail], None, note)
 
 
@@ -118,8 +132,18 @@ def run_stream(org: Any, data: Dataset, g: int) -> dict[str, Any]:
     """Insert the stream into a fitted organiser with a refit every ``g`` inserts; counts and churn per refit."""
     k0 = int(org.n_components_)
     counters0 = (dict(org.births_), int(org.merges_)) if hasattr(org, "births_") else None
-    out: dict[str, Any] = {"K0": k0, "novelty": 0, "sample": 0, "online_on_drift": 0, "refit_births": 0,
-                           "merges": 0, "removed": 0, "refits": 0, "churn": [], "moves": []}
+    out: dict[str, Any] = {
+        "K0": k0,
+        "novelty": 0,
+        "sample": 0,
+        "online_on_drift": 0,
+        "refit_births": 0,
+        "merges": 0,
+        "removed": 0,
+        "refits": 0,
+        "churn": [],
+        "moves": [],
+    }
     t0 = time.perf_counter()
     for t, (x, d) in enumerate(zip(data.XS, data.dS, strict=True), start=1):
         step = org.partial_fit(x, int(d))
@@ -147,8 +171,10 @@ def run_stream(org: Any, data: Dataset, g: int) -> dict[str, Any]:
         births, merges = org.births_, org.merges_
         for cause, key in (("novelty", "novelty"), ("sample", "sample"), ("refit", "refit_births")):
             if births[cause] - counters0[0][cause] != out[key]:
-                raise AssertionError(f"births_[{cause!r}] moved by {births[cause] - counters0[0][cause]}, "
-                                     f"the return values say {out[key]}")
+                raise AssertionError(
+                    f"births_[{cause!r}] moved by {births[cause] - counters0[0][cause]}, "
+                    f"the return values say {out[key]}"
+                )
         if merges - counters0[1] != out["merges"]:
             raise AssertionError(f"merges_ moved by {merges - counters0[1]}, refit() returned {out['merges']}")
     out["unaccounted"] = out["net"] - (out["births"] - out["merges"] - out["removed"])
@@ -172,13 +198,34 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]
 
 
 def counts_row(r: dict[str, Any], drift_known: bool) -> list[Any]:
-    return [r["K_final"], fmt_signed(r["net"]), r["online"], fmt_signed(r["net"] - r["online"]), r["refit_births"],
-            r["merges"], r["removed"], r["online_on_drift"] if drift_known else "-", r["refits"],
-            fmt_churn(r["churn"]), f"{r['seconds']:.2f}"]
+    return [
+        r["K_final"],
+        fmt_signed(r["net"]),
+        r["online"],
+        fmt_signed(r["net"] - r["online"]),
+        r["refit_births"],
+        r["merges"],
+        r["removed"],
+        r["online_on_drift"] if drift_known else "-",
+        r["refits"],
+        fmt_churn(r["churn"]),
+        f"{r['seconds']:.2f}",
+    ]
 
 
-COUNT_COLS = ["K_final", "net increase", "online-spawned", "refit-triggered (net)", "refit births (gross)", "merges",
-              "removed", "online births on drift rows", "refits", "mean churn", "stream s"]
+COUNT_COLS = [
+    "K_final",
+    "net increase",
+    "online-spawned",
+    "refit-triggered (net)",
+    "refit births (gross)",
+    "merges",
+    "removed",
+    "online births on drift rows",
+    "refits",
+    "mean churn",
+    "stream s",
+]
 
 
 def loadavg() -> str:
@@ -192,8 +239,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dim", type=int, default=32, help="synthetic: embedding dimension D")
     parser.add_argument("--n0", type=int, default=3000, help="synthetic: corpus rows")
     parser.add_argument("--stream", type=int, default=500, help="synthetic: stream rows")
-    parser.add_argument("--sep", type=float, default=0.5, help="synthetic: spread of the cluster means (smaller: "
-                        "more overlap)")
+    parser.add_argument(
+        "--sep", type=float, default=0.5, help="synthetic: spread of the cluster means (smaller: more overlap)"
+    )
     parser.add_argument("--sweeps", type=int, default=50, help="offline Gibbs sweeps (burn-in = half)")
     parser.add_argument("--g", type=int, default=50, help="refit interval of tables 2-4")
     parser.add_argument("--seed", type=int, default=0)
@@ -201,10 +249,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.quick:
         args.dim, args.n0, args.stream, args.sweeps = 8, 400, 120, 10
     t_start = time.perf_counter()
-    print(f"# Bayesian Cheatsheet online protocol (no LLM)\n\nload average at start: {loadavg()}; "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; HDPGMM threads=1")
-    data = (from_corpus(args.corpus, seed=args.seed) if args.corpus else
-            synthetic(dim=args.dim, n0=args.n0, stream=args.stream, seed=args.seed, sep=args.sep))
+    print(
+        f"# Bayesian Cheatsheet online protocol (no LLM)\n\nload average at start: {loadavg()}; "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; HDPGMM threads=1"
+    )
+    data = (
+        from_corpus(args.corpus, seed=args.seed)
+        if args.corpus
+        else synthetic(dim=args.dim, n0=args.n0, stream=args.stream, seed=args.seed, sep=args.sep)
+    )
     drift_known = data.drift is not None
     print(f"\ndata: {data.note}")
     t0 = time.perf_counter()
@@ -216,8 +269,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         from sklearn.metrics import adjusted_rand_score
 
         truth = f" (true K {len(np.unique(data.truth0))}, ARI {adjusted_rand_score(data.truth0, base.labels_):.3f})"
-    print(f"offline HDP-GMM fit: {args.sweeps} sweeps, K = {k0}{truth}, {fit_s:.1f} s (every configuration below "
-          "starts from this state)")
+    print(
+        f"offline HDP-GMM fit: {args.sweeps} sweeps, K = {k0}{truth}, {fit_s:.1f} s (every configuration below "
+        "starts from this state)"
+    )
 
     def hdp(g: int, **params: Any) -> dict[str, Any]:
         return run_stream(HDPGMM.from_state_arrays(state, **params), data, g)
@@ -227,8 +282,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     t1 = {g: hdp(g, **main_cfg) for g in REFIT_INTERVALS}
     results["tables"]["refit_interval"] = t1
-    print_table(f"1. Refit interval g (table 7): threshold births, tau_new = 0.5, KL merge (eps 0.1); initial K = {k0}",
-                ["g", *COUNT_COLS], [[g, *counts_row(r, drift_known)] for g, r in t1.items()])
+    print_table(
+        f"1. Refit interval g (table 7): threshold births, tau_new = 0.5, KL merge (eps 0.1); initial K = {k0}",
+        ["g", *COUNT_COLS],
+        [[g, *counts_row(r, drift_known)] for g, r in t1.items()],
+    )
 
     t2 = {}
     for g in (0, args.g):
@@ -237,15 +295,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 continue  # without refits there is nothing to merge: the row would repeat the merge-on one
             t2[(g, birth, merge)] = hdp(g, birth=birth, merge=merge, tau_new=0.5)
     results["tables"]["birth_merge"] = t2
-    print_table(f"2. Birth rule x KL merge (tables 10 and 11; g = 0 and g = {args.g}); initial K = {k0}",
-                ["g", "configuration", *COUNT_COLS],
-                [[g, f"{birth}, {'KL-merge' if merge else 'no KL-merge'}" if g else birth, *counts_row(r, drift_known)]
-                 for (g, birth, merge), r in t2.items()])
+    print_table(
+        f"2. Birth rule x KL merge (tables 10 and 11; g = 0 and g = {args.g}); initial K = {k0}",
+        ["g", "configuration", *COUNT_COLS],
+        [
+            [g, f"{birth}, {'KL-merge' if merge else 'no KL-merge'}" if g else birth, *counts_row(r, drift_known)]
+            for (g, birth, merge), r in t2.items()
+        ],
+    )
 
     t3 = {tau: hdp(args.g, birth="threshold", merge=True, tau_new=tau) for tau in TAUS}
     results["tables"]["tau_new"] = t3
-    print_table(f"3. Novelty threshold tau_new (table 12; threshold births, KL merge, g = {args.g}); initial K = {k0}",
-                ["tau_new", *COUNT_COLS], [[tau, *counts_row(r, drift_known)] for tau, r in t3.items()])
+    print_table(
+        f"3. Novelty threshold tau_new (table 12; threshold births, KL merge, g = {args.g}); initial K = {k0}",
+        ["tau_new", *COUNT_COLS],
+        [[tau, *counts_row(r, drift_known)] for tau, r in t3.items()],
+    )
 
     t4: dict[str, dict[str, Any]] = {"hdp": hdp(args.g, **main_cfg)}
     for name in CHURN_ORGANISERS[1:]:
@@ -253,13 +318,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         t4[name] = run_stream(org, data, args.g)
     results["tables"]["churn"] = t4
     n_refits = max(len(r["churn"]) for r in t4.values())
-    label = {"hdp": "HDP-GMM (BC)", "kmeans_hard": f"hard k-means (K = {k0})", "kmeans_soft": f"soft k-means (K = {k0})"}
-    print_table(f"4. Churn per refit (figure 3): % of previously stored rows whose component id changed, g = {args.g}",
-                ["organiser", *[f"refit {i + 1}" for i in range(n_refits)], "mean", "K_final"],
-                [[label[name], *[f"{100 * c:.2f}%" for c in r["churn"]], fmt_churn(r["churn"]), r["K_final"]]
-                 for name, r in t4.items()])
-    print(f"\nHDP-GMM: largest off-diagonal cells of M[b, a] per refit ([before id, after id, rows]; ids >= {k0} were "
-          "born online or in a refit):")
+    label = {
+        "hdp": "HDP-GMM (BC)",
+        "kmeans_hard": f"hard k-means (K = {k0})",
+        "kmeans_soft": f"soft k-means (K = {k0})",
+    }
+    print_table(
+        f"4. Churn per refit (figure 3): % of previously stored rows whose component id changed, g = {args.g}",
+        ["organiser", *[f"refit {i + 1}" for i in range(n_refits)], "mean", "K_final"],
+        [
+            [label[name], *[f"{100 * c:.2f}%" for c in r["churn"]], fmt_churn(r["churn"]), r["K_final"]]
+            for name, r in t4.items()
+        ],
+    )
+    print(
+        f"\nHDP-GMM: largest off-diagonal cells of M[b, a] per refit ([before id, after id, rows]; ids >= {k0} were "
+        "born online or in a refit):"
+    )
     for i, moves in enumerate(t4["hdp"]["moves"], start=1):
         print(f"- refit {i}: {moves if moves else 'no row changed component'}")
 

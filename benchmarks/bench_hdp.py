@@ -83,9 +83,12 @@ def prior_study(sizes, variants, sweeps, dim, threads):
             model = HDPGMM(sweeps=sweeps, burn_in=sweeps // 2, seed=0, **resolve(VARIANTS[name], dim)).fit(X, doms)
             fit_s = time.perf_counter() - t0
             last = model.history_[-1]
-            print(f"| {n:,} | {name} | {len(np.unique(labels))} | {model.n_components_} | "
-                  f"{adjusted_rand_score(labels, model.labels_):.3f} | {model.kappa0_:.3g} | {model.nu0_:g} | "
-                  f"{fit_s:.1f} | {last['seconds']:.2f} | {last['moves']} |", flush=True)
+            print(
+                f"| {n:,} | {name} | {len(np.unique(labels))} | {model.n_components_} | "
+                f"{adjusted_rand_score(labels, model.labels_):.3f} | {model.kappa0_:.3g} | {model.nu0_:g} | "
+                f"{fit_s:.1f} | {last['seconds']:.2f} | {last['moves']} |",
+                flush=True,
+            )
 
 
 def predictive_check(dim: int) -> None:
@@ -99,8 +102,10 @@ def predictive_check(dim: int) -> None:
         df = nu - dim + 1
         ref = multivariate_t(loc=mu, shape=psi * (kappa + 1) / (kappa * df), df=df).logpdf(Y)
         worst = max(worst, float(np.abs(got[:, k] - ref).max()))
-    print(f"\nlog_predictive vs scipy.stats.multivariate_t: max |diff| = {worst:.2e} over {model.n_components_} "
-          f"components x 50 points (D = {dim})")
+    print(
+        f"\nlog_predictive vs scipy.stats.multivariate_t: max |diff| = {worst:.2e} over {model.n_components_} "
+        f"components x 50 points (D = {dim})"
+    )
 
 
 def gemm_rate(rows: int, dim: int, batch: int, threads: int, seconds: float = 0.6) -> float:
@@ -127,8 +132,10 @@ def gemm_ceiling(dim: int, threads: int) -> dict[tuple[int, int], float]:
     for batch in (256, 1024, 4096):
         for th in sorted({1, threads}):
             rates[batch, th] = gemm_rate(8192, dim, batch, th)
-        print(f"| {batch:,} | {rates[batch, 1]:.1f} | " + (f"{rates[batch, threads]:.1f} |" if threads != 1 else ""),
-              flush=True)
+        print(
+            f"| {batch:,} | {rates[batch, 1]:.1f} | " + (f"{rates[batch, threads]:.1f} |" if threads != 1 else ""),
+            flush=True,
+        )
     return rates
 
 
@@ -146,8 +153,10 @@ def speed(n: int, sweeps: int, dim: int, threads: int) -> HDPGMM:
     more, _, more_doms = synth(n + 2000, dim=dim)  # same mixture (means, scales, weights), other draws
     held, held_doms = more[n:], more_doms[n:]  # in-distribution rows for the online inserts
     del more
-    print(f"\nfit with HDPGMM(threads={fit_threads}) (the faster GEMM setting at block 256 above)  "
-          f"[{env_line(threads)}]", flush=True)
+    print(
+        f"\nfit with HDPGMM(threads={fit_threads}) (the faster GEMM setting at block 256 above)  [{env_line(threads)}]",
+        flush=True,
+    )
     t0 = time.perf_counter()
     model = HDPGMM(sweeps=sweeps, burn_in=sweeps // 2, seed=0, threads=fit_threads).fit(X, doms)
     fit_s = time.perf_counter() - t0
@@ -185,17 +194,23 @@ def speed(n: int, sweeps: int, dim: int, threads: int) -> HDPGMM:
     print(f"| sweeps: moves each | {', '.join(str(h['moves']) for h in hist[1:])} | | |")
     if per_sweep:
         print(f"| last sweep ({hist[-1]['moves']} moves) | {per_sweep[-1]:.2f} s | 1.5 s | {per_sweep[-1] / 1.5:.2f} |")
-        print(f"| its block GEMMs alone at the measured rate ({rates[256, fit_threads]:.0f} GFLOP/s, K = {K}) | "
-              f"{gemm_s:.2f} s | | sweep / GEMM-only = {per_sweep[-1] / gemm_s:.1f} |")
+        print(
+            f"| its block GEMMs alone at the measured rate ({rates[256, fit_threads]:.0f} GFLOP/s, K = {K}) | "
+            f"{gemm_s:.2f} s | | sweep / GEMM-only = {per_sweep[-1] / gemm_s:.1f} |"
+        )
         est = init_s + 100 * per_sweep[-1]
         print(f"| 100-sweep fit, estimated (init + 100 x last sweep) | {est:.0f} s | 240 s | {est / 240:.2f} |")
     print(f"| whole fit ({sweeps} sweeps) | {fit_s:.1f} s | | |")
     print(f"| retrieve, one query per call (200 calls) | {single_us:.0f} us / query | 40 us | {single_us / 40:.2f} |")
     print(f"| retrieve, batch of 1,000 | {batch_ms:.1f} ms | 15 ms | {batch_ms / 15:.2f} |")
-    print(f"| online partial_fit, 2,000 held-out rows of the same mixture ({births_in} births) | "
-          f"{rate_in:,.0f} rows / s | 10,000 / s | {10000 / rate_in:.1f}x short |")
-    print(f"| online partial_fit, 2,000 rows of another mixture (seed 5, the pre-change rows; {births_novel} births) | "
-          f"{rate_novel:,.0f} rows / s | 10,000 / s | {10000 / rate_novel:.1f}x short |")
+    print(
+        f"| online partial_fit, 2,000 held-out rows of the same mixture ({births_in} births) | "
+        f"{rate_in:,.0f} rows / s | 10,000 / s | {10000 / rate_in:.1f}x short |"
+    )
+    print(
+        f"| online partial_fit, 2,000 rows of another mixture (seed 5, the pre-change rows; {births_novel} births) | "
+        f"{rate_novel:,.0f} rows / s | 10,000 / s | {10000 / rate_novel:.1f}x short |"
+    )
     print(f"| refit after the held-out inserts (rebuild + sweep + merge) | {refit_s:.1f} s, {refit} | | |")
     print(f"| peak RSS of the process so far | {peak_mb():.0f} MB | | |")
     return model
@@ -209,18 +224,23 @@ def sklearn_compare(n: int, dim: int, threads: int, max_iter: int, sweeps: int) 
     ours = HDPGMM(sweeps=sweeps, burn_in=sweeps // 2, seed=0).fit(X, doms)
     ours_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    bgm = BayesianGaussianMixture(n_components=100, weight_concentration_prior_type="dirichlet_process",
-                                  max_iter=max_iter, random_state=0).fit(X)
+    bgm = BayesianGaussianMixture(
+        n_components=100, weight_concentration_prior_type="dirichlet_process", max_iter=max_iter, random_state=0
+    ).fit(X)
     sk_s = time.perf_counter() - t0
     sk_labels = bgm.predict(X)
     print(f"\n### HDPGMM vs sklearn BayesianGaussianMixture at N = {n:,}, D = {dim}  [{env_line(threads)}]\n")
     print("| model | K (non-empty) | ARI | seconds | per iteration |")
     print("|---|---|---|---|---|")
-    print(f"| HDPGMM, {sweeps} sweeps | {ours.n_components_} | {adjusted_rand_score(labels, ours.labels_):.3f} | "
-          f"{ours_s:.1f} | {ours_s / max(sweeps, 1):.2f} s / sweep (incl. init) |")
-    print(f"| BGMM DP, 100 comps, full cov, max_iter={max_iter} (n_iter={bgm.n_iter_}, converged={bgm.converged_}) | "
-          f"{len(np.unique(sk_labels))} | {adjusted_rand_score(labels, sk_labels):.3f} | {sk_s:.1f} | "
-          f"{sk_s / bgm.n_iter_:.2f} s / iteration |")
+    print(
+        f"| HDPGMM, {sweeps} sweeps | {ours.n_components_} | {adjusted_rand_score(labels, ours.labels_):.3f} | "
+        f"{ours_s:.1f} | {ours_s / max(sweeps, 1):.2f} s / sweep (incl. init) |"
+    )
+    print(
+        f"| BGMM DP, 100 comps, full cov, max_iter={max_iter} (n_iter={bgm.n_iter_}, converged={bgm.converged_}) | "
+        f"{len(np.unique(sk_labels))} | {adjusted_rand_score(labels, sk_labels):.3f} | {sk_s:.1f} | "
+        f"{sk_s / bgm.n_iter_:.2f} s / iteration |"
+    )
     print(f"| ratio sklearn / HDPGMM (whole fits) | | | {sk_s / ours_s:.1f}x | |")
 
 
@@ -229,10 +249,13 @@ def sklearn_iteration(n: int, dim: int, threads: int) -> None:
 
     X, _, _ = synth(n, dim=dim)
     t0 = time.perf_counter()
-    BayesianGaussianMixture(n_components=100, weight_concentration_prior_type="dirichlet_process", max_iter=1,
-                            random_state=0).fit(X)
-    print(f"\nsklearn BGMM (100 components, full covariance) one EM iteration incl. k-means init at N = {n:,}: "
-          f"{time.perf_counter() - t0:.1f} s  [{env_line(threads)}]")
+    BayesianGaussianMixture(
+        n_components=100, weight_concentration_prior_type="dirichlet_process", max_iter=1, random_state=0
+    ).fit(X)
+    print(
+        f"\nsklearn BGMM (100 components, full covariance) one EM iteration incl. k-means init at N = {n:,}: "
+        f"{time.perf_counter() - t0:.1f} s  [{env_line(threads)}]"
+    )
 
 
 def main() -> None:

@@ -61,5 +61,7 @@ def test_protocol_rules_show_in_the_counts(quick_run):
         assert t4[name]["births"] == 0 and t4[name]["K_final"] <= t4[name]["K0"] == res["K0"]
     # the same configuration (threshold, tau 0.5, merge, g = 50) run four times from one state gives one answer
     same = [t1[50], t2[(50, "threshold", True)], res["tables"]["tau_new"][0.5], t4["hdp"]]
-    assert all((r["K_final"], r["churn"], r["online"]) == (same[0]["K_final"], same[0]["churn"], same[0]["online"])
-               for r in same)
+    assert all(
+        (r["K_final"], r["churn"], r["online"]) == (same[0]["K_final"], same[0]["churn"], same[0]["online"])
+        for r in same
+    )

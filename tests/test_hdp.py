@@ -28,8 +28,9 @@ def fitted():
 def consistent(model: HDPGMM, X: np.ndarray, doms: np.ndarray) -> None:
     z, K = model.labels_, model.n_components_
     assert z.min() >= 0 and z.max() < K
-    np.testing.assert_array_equal(model._ndk[:, :K], np.array([np.bincount(z[doms == d], minlength=K)
-                                                              for d in range(model.n_domains_)]))
+    np.testing.assert_array_equal(
+        model._ndk[:, :K], np.array([np.bincount(z[doms == d], minlength=K) for d in range(model.n_domains_)])
+    )
     np.testing.assert_allclose(model.comps.n[:K], np.bincount(z, minlength=K))
     Xc = X - model.mu0_
     for k in range(K):
@@ -95,13 +96,14 @@ def test_inv_chol_rank1_matches_reference_formula_and_fresh_factor():
             w = W @ vs
             t = 1.0 + sign * np.cumsum(w * w)
             tp = np.concatenate([[1.0], t[:-1]])
-            ref = (W - (np.tril(np.ones((dim, dim)), -1) @ (W * w[:, None])) * (sign * w / tp)[:, None])
+            ref = W - (np.tril(np.ones((dim, dim)), -1) @ (W * w[:, None])) * (sign * w / tp)[:, None]
             ref *= np.sqrt(tp / t)[:, None]
             np.testing.assert_allclose(got, ref, atol=1e-13)
             fresh = np.linalg.inv(np.linalg.cholesky(A + sign * np.outer(vs, vs)))
             np.testing.assert_allclose(got, fresh, atol=1e-10)
-            np.testing.assert_allclose(dlog, np.linalg.slogdet(A + sign * np.outer(vs, vs))[1]
-                                       - np.linalg.slogdet(A)[1], atol=1e-10)
+            np.testing.assert_allclose(
+                dlog, np.linalg.slogdet(A + sign * np.outer(vs, vs))[1] - np.linalg.slogdet(A)[1], atol=1e-10
+            )
         out = W.copy()
         inv_chol_rank1(out, v, out=out)  # in place
         np.testing.assert_allclose(out, inv_chol_rank1(W, v)[0], atol=0)
@@ -212,12 +214,18 @@ def constructed(X, labels, doms, **params):
     arrays = {k: v for k, v in base.state_arrays().items() if k not in ("winv", "logdet", "updates")}
     K = int(labels.max()) + 1
     Xc = X - base.mu0_
-    arrays.update(labels=labels, component_ids=np.arange(K), next_id=np.array(K),
-                  n=np.bincount(labels, minlength=K).astype(float),
-                  S1=np.stack([Xc[labels == k].sum(0) for k in range(K)]),
-                  S2=np.stack([Xc[labels == k].T @ Xc[labels == k] for k in range(K)]),
-                  n_dk=np.stack([np.bincount(labels[doms == d], minlength=K) for d in range(2)]),
-                  m_dk=np.ones((2, K), dtype=np.int64), beta=np.full(K, 0.9 / K), beta_u=np.array(0.1))
+    arrays.update(
+        labels=labels,
+        component_ids=np.arange(K),
+        next_id=np.array(K),
+        n=np.bincount(labels, minlength=K).astype(float),
+        S1=np.stack([Xc[labels == k].sum(0) for k in range(K)]),
+        S2=np.stack([Xc[labels == k].T @ Xc[labels == k] for k in range(K)]),
+        n_dk=np.stack([np.bincount(labels[doms == d], minlength=K) for d in range(2)]),
+        m_dk=np.ones((2, K), dtype=np.int64),
+        beta=np.full(K, 0.9 / K),
+        beta_u=np.array(0.1),
+    )
     return HDPGMM.from_state_arrays(arrays)
 
 
@@ -270,8 +278,9 @@ def test_insert_fast_path_equals_refactorising_every_change(fitted):
     fast, slow = HDPGMM.from_state_arrays(arrays), HDPGMM.from_state_arrays(arrays)
     slow.comps.refresh_every = 0  # every change refactors Psi_n from the statistics (LAPACK), no rank-1 updates
     rng = np.random.default_rng(22)
-    rows = np.concatenate([fitted[1][:12] + rng.normal(0, 0.5, (12, fitted[1].shape[1])),
-                           np.full((1, fitted[1].shape[1]), 150.0)])
+    rows = np.concatenate(
+        [fitted[1][:12] + rng.normal(0, 0.5, (12, fitted[1].shape[1])), np.full((1, fitted[1].shape[1]), 150.0)]
+    )
     for i, x in enumerate(rows):
         a, b = fast.partial_fit(x, i % 2), slow.partial_fit(x, i % 2)
         assert (a["component"], a["born"], a["cause"]) == (b["component"], b["born"], b["cause"])
@@ -289,8 +298,9 @@ def test_incremental_medoids_and_centroids_equal_recomputation(fitted):
     X = fitted[1]
     model.retrieve(X[:2])  # fills the medoid cache
     rng = np.random.default_rng(23)
-    for i, x in enumerate(np.concatenate([X[:8] + rng.normal(0, 1.0, (8, X.shape[1])),
-                                          np.full((1, X.shape[1]), -120.0), X[8:12] + 0.3])):
+    for i, x in enumerate(
+        np.concatenate([X[:8] + rng.normal(0, 1.0, (8, X.shape[1])), np.full((1, X.shape[1]), -120.0), X[8:12] + 0.3])
+    ):
         model.partial_fit(x, i % 2)
         if i % 3 == 0 and i < 10:
             model.retrieve(X[:1])  # interleaved queries bring only the touched components up to date

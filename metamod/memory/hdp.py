@@ -95,19 +95,41 @@ class HDPGMM:
             the big ones too (benchmarks/README.md). Does not change results.
     """
 
-    def __init__(self, *, sweeps: int = 100, burn_in: int = 50, seed: int = 0, gamma: float = 5.0, alpha: float = 1.0,
-                 kappa0: float | None = None, nu0: float | None = None, psi_scale: float = 1.2, prior: str = "stable",
-                 flat: bool = False, tau_new: float = 0.5, birth: str = "threshold", merge: bool = True,
-                 merge_eps: float = 0.1, dtype: str = "float32", block: int = 256, init_size: int = 1000,
-                 init_sweeps: int = 5, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        sweeps: int = 100,
+        burn_in: int = 50,
+        seed: int = 0,
+        gamma: float = 5.0,
+        alpha: float = 1.0,
+        kappa0: float | None = None,
+        nu0: float | None = None,
+        psi_scale: float = 1.2,
+        prior: str = "stable",
+        flat: bool = False,
+        tau_new: float = 0.5,
+        birth: str = "threshold",
+        merge: bool = True,
+        merge_eps: float = 0.1,
+        dtype: str = "float32",
+        block: int = 256,
+        init_size: int = 1000,
+        init_sweeps: int = 5,
+        threads: int | None = None,
+    ) -> None:
         if prior not in PRIORS:
             raise ValueError(f"prior={prior!r}: expected one of {PRIORS}")
         if birth not in BIRTH_MODES:
             raise ValueError(f"birth={birth!r}: expected one of {BIRTH_MODES}")
         if dtype not in ("float32", "float64"):
             raise ValueError(f"dtype={dtype!r}: expected 'float32' or 'float64'")
-        for name, value in (("gamma", gamma), ("alpha", alpha), ("kappa0", 1.0 if kappa0 is None else kappa0),
-                            ("psi_scale", psi_scale)):
+        for name, value in (
+            ("gamma", gamma),
+            ("alpha", alpha),
+            ("kappa0", 1.0 if kappa0 is None else kappa0),
+            ("psi_scale", psi_scale),
+        ):
             if not value > 0:
                 raise ValueError(f"{name}={value!r}: expected a positive number")
         if not 0.0 <= tau_new <= 1.0:
@@ -115,9 +137,17 @@ class HDPGMM:
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads={threads!r}: expected None or an integer >= 1")
         if sweeps < 0 or burn_in < 0 or block < 1 or init_size < 1:
-            raise ValueError(f"sweeps={sweeps}, burn_in={burn_in}, block={block}, init_size={init_size}: "
-                             "expected sweeps, burn_in >= 0 and block, init_size >= 1")
-        self.sweeps, self.burn_in, self.seed, self.gamma, self.alpha = int(sweeps), int(burn_in), int(seed), gamma, alpha
+            raise ValueError(
+                f"sweeps={sweeps}, burn_in={burn_in}, block={block}, init_size={init_size}: "
+                "expected sweeps, burn_in >= 0 and block, init_size >= 1"
+            )
+        self.sweeps, self.burn_in, self.seed, self.gamma, self.alpha = (
+            int(sweeps),
+            int(burn_in),
+            int(seed),
+            gamma,
+            alpha,
+        )
         self.kappa0, self.nu0, self.psi_scale, self.prior, self.flat = kappa0, nu0, psi_scale, prior, bool(flat)
         self.tau_new, self.birth, self.merge, self.merge_eps = tau_new, birth, bool(merge), merge_eps
         self.dtype, self.block, self.init_size, self.init_sweeps = dtype, int(block), int(init_size), int(init_sweeps)
@@ -126,9 +156,30 @@ class HDPGMM:
 
     def get_params(self) -> dict[str, Any]:
         """JSON-safe constructor parameters."""
-        return {name: getattr(self, name) for name in (
-            "sweeps", "burn_in", "seed", "gamma", "alpha", "kappa0", "nu0", "psi_scale", "prior", "flat", "tau_new",
-            "birth", "merge", "merge_eps", "dtype", "block", "init_size", "init_sweeps", "threads")}
+        return {
+            name: getattr(self, name)
+            for name in (
+                "sweeps",
+                "burn_in",
+                "seed",
+                "gamma",
+                "alpha",
+                "kappa0",
+                "nu0",
+                "psi_scale",
+                "prior",
+                "flat",
+                "tau_new",
+                "birth",
+                "merge",
+                "merge_eps",
+                "dtype",
+                "block",
+                "init_size",
+                "init_sweeps",
+                "threads",
+            )
+        }
 
     def _gemm_threads(self, rows: int):
         """BLAS thread scope for a product over ``rows`` points: one thread under 64, else ``threads``."""
@@ -144,18 +195,41 @@ class HDPGMM:
         self._rng = np.random.default_rng(self.seed)
         self.dim_, self.n_domains_ = D, int(doms.max()) + 1
         self.mu0_ = X.mean(axis=0)
-        kappa0, nu0, psi0 = hs.preset_prior(X - self.mu0_, prior=self.prior, kappa0=self.kappa0, nu0=self.nu0,
-                                         psi_scale=self.psi_scale, rng=self._rng, stable_nu0_factor=STABLE_NU0_FACTOR)
+        kappa0, nu0, psi0 = hs.preset_prior(
+            X - self.mu0_,
+            prior=self.prior,
+            kappa0=self.kappa0,
+            nu0=self.nu0,
+            psi_scale=self.psi_scale,
+            rng=self._rng,
+            stable_nu0_factor=STABLE_NU0_FACTOR,
+        )
         self._setup(X, doms, kappa0, nu0, psi0)
         t0 = time.perf_counter()
         self._initialise()
-        self.history_ = [{"sweep": 0, "K": self.n_components_, "loglik": self.log_marginal(), "moves": -1,
-                          "seconds": time.perf_counter() - t0, "burn_in": True}]
+        self.history_ = [
+            {
+                "sweep": 0,
+                "K": self.n_components_,
+                "loglik": self.log_marginal(),
+                "moves": -1,
+                "seconds": time.perf_counter() - t0,
+                "burn_in": True,
+            }
+        ]
         for sweep in range(1, self.sweeps + 1):
             t0 = time.perf_counter()
             moves, _ = self._sweep()
-            self.history_.append({"sweep": sweep, "K": self.n_components_, "loglik": self.log_marginal(),
-                                  "moves": moves, "seconds": time.perf_counter() - t0, "burn_in": sweep <= self.burn_in})
+            self.history_.append(
+                {
+                    "sweep": sweep,
+                    "K": self.n_components_,
+                    "loglik": self.log_marginal(),
+                    "moves": moves,
+                    "seconds": time.perf_counter() - t0,
+                    "burn_in": sweep <= self.burn_in,
+                }
+            )
             logger.debug("sweep %d: K=%d moves=%d", sweep, self.n_components_, moves)
         self._medoid_dirty = True
         return self
@@ -167,9 +241,14 @@ class HDPGMM:
         n = len(X)
         X = np.asarray(X, dtype=np.float64)
         Xc = X - self.mu0_
-        values = {"_X": X, "_Xc64": Xc,  # statistics always use the float64 centred rows
-                  "_Xc": Xc.astype(self.dtype),  # the GEMM copy
-                  "_doms": doms, "_z": np.full(n, -1, dtype=np.int64), "_logf0": self.comps.prior_logpdf(Xc)}
+        values = {
+            "_X": X,
+            "_Xc64": Xc,  # statistics always use the float64 centred rows
+            "_Xc": Xc.astype(self.dtype),  # the GEMM copy
+            "_doms": doms,
+            "_z": np.full(n, -1, dtype=np.int64),
+            "_logf0": self.comps.prior_logpdf(Xc),
+        }
         # head-room for online inserts: np.empty pages are only committed when written, so doubling the capacity
         # costs no memory until used, and the first insert does not copy every row
         self._rows = {}
@@ -241,7 +320,7 @@ class HDPGMM:
     def _initialise(self) -> None:
         n = len(self._X)
         order = self._rng.permutation(n)
-        head, tail = order[: self.init_size], order[self.init_size:]
+        head, tail = order[: self.init_size], order[self.init_size :]
         with blas_threads(1):
             self._crp_pass(head)
         for _ in range(self.init_sweeps if len(tail) else 0):  # settle the subset before it labels the rest
@@ -255,8 +334,10 @@ class HDPGMM:
             d, x = self._doms[i], self._Xc64[i]
             K = self.comps.size
             w, w_new = self._prior_weights(d)
-            logits = np.append(np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[i:i + 1])[:, 0],
-                               np.log(w_new) + self._logf0[i])
+            logits = np.append(
+                np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[i : i + 1])[:, 0],
+                np.log(w_new) + self._logf0[i],
+            )
             k = self._sample_logits(logits)
             if k == K:
                 k = self._new_component()
@@ -276,7 +357,7 @@ class HDPGMM:
         K = self.comps.size
         out = np.empty((K + 1, len(rows)))
         for s in range(0, len(rows), 4096):
-            r = rows[s:s + 4096]
+            r = rows[s : s + 4096]
             if self.flat:
                 w = np.broadcast_to(self._ndk[:, :K].sum(axis=0)[:, None], (K, len(r))).astype(np.float64)
                 w_new = np.full(len(r), self.gamma)
@@ -284,8 +365,8 @@ class HDPGMM:
                 w = (self._ndk[self._doms[r], :K] + self.alpha * self._beta[:K]).T
                 w_new = np.full(len(r), self.alpha * self._beta_u)
             with self._gemm_threads(len(r)):
-                out[:K, s:s + 4096] = np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[r])
-            out[K, s:s + 4096] = np.log(w_new) + self._logf0[r]
+                out[:K, s : s + 4096] = np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[r])
+            out[K, s : s + 4096] = np.log(w_new) + self._logf0[r]
         return out
 
     def _assign(self, i: int, k: int, x: np.ndarray) -> None:
@@ -325,7 +406,7 @@ class HDPGMM:
         order = self._rng.permutation(len(self._X) if rows is None else rows)
         moves = births = 0
         for s in range(0, len(order), self.block):
-            m, b = self._sweep_block(order[s:s + self.block])
+            m, b = self._sweep_block(order[s : s + self.block])
             moves, births = moves + m, births + b
         self._resample_beta()
         return moves, births
@@ -365,8 +446,8 @@ class HDPGMM:
             self._beta[: len(alive)] = self._beta[alive]
             self._ids[: len(alive)] = self._ids[alive]
             for arr in (self._ndk, self._mdk):
-                arr[:, len(alive):] = 0
-            self._beta[len(alive):] = 0.0
+                arr[:, len(alive) :] = 0
+            self._beta[len(alive) :] = 0.0
             self._z[:] = np.where(self._z >= 0, remap[np.maximum(self._z, 0)], -1)
         self._medoid_dirty = True
         return removed
@@ -374,8 +455,11 @@ class HDPGMM:
     def log_marginal(self) -> float:
         """Log marginal likelihood of the data given the current partition (sum over components)."""
         K = self.comps.size
-        return float(hs.niw_log_marginal(self.comps.n[:K], self.comps.logdet[:K], self.kappa0_, self.nu0_,
-                                      self.comps.logdet0, self.dim_).sum())
+        return float(
+            hs.niw_log_marginal(
+                self.comps.n[:K], self.comps.logdet[:K], self.kappa0_, self.nu0_, self.comps.logdet0, self.dim_
+            ).sum()
+        )
 
     @property
     def labels_(self) -> np.ndarray:
@@ -413,8 +497,11 @@ class HDPGMM:
         self._check_fitted()
         if domain is not None:
             domain = int(as_domain(np.array([domain]), "domain", n_domains=self.n_domains_)[0])
-        w = (self._ndk[:, : self.comps.size].sum(axis=0).astype(np.float64) if self.flat or domain is None
-             else self._prior_weights(domain)[0])
+        w = (
+            self._ndk[:, : self.comps.size].sum(axis=0).astype(np.float64)
+            if self.flat or domain is None
+            else self._prior_weights(domain)[0]
+        )
         return w / w.sum()
 
     @property
@@ -477,8 +564,14 @@ class HDPGMM:
         C, sq = self._centroids()
         return np.argmin(sq[None, :] - 2.0 * Q @ C.T, axis=1)
 
-    def retrieve(self, queries: np.ndarray, top_k: int = 5, threshold: float | None = None, domain=None,
-                 method: str = "predictive") -> list[list[tuple[int, float, int]]]:
+    def retrieve(
+        self,
+        queries: np.ndarray,
+        top_k: int = 5,
+        threshold: float | None = None,
+        domain=None,
+        method: str = "predictive",
+    ) -> list[list[tuple[int, float, int]]]:
         """Per query ``[(component, weight, medoid_row), ...]`` best first (see the organiser interface).
 
         ``method="predictive"``: ``w_k ∝ pi_{d,k} p_k(q)`` normalised over existing components (domain predicted
@@ -506,11 +599,17 @@ class HDPGMM:
             with self._gemm_threads(len(Qc)):
                 logits = logpi + self._component_logpdf(Qc)
         else:
-            d2 = (np.einsum("kd,kd->k", self.comps.mu[:K], self.comps.mu[:K])[:, None] - 2.0 * self.comps.mu[:K] @ Qc.T
-                  + np.einsum("ij,ij->i", Qc, Qc)[None, :])
+            d2 = (
+                np.einsum("kd,kd->k", self.comps.mu[:K], self.comps.mu[:K])[:, None]
+                - 2.0 * self.comps.mu[:K] @ Qc.T
+                + np.einsum("ij,ij->i", Qc, Qc)[None, :]
+            )
             c, n = self.comps, self.comps.n[:K]
-            trace_psi = (np.trace(self.psi0_) + np.einsum("kii->k", c.S2[:K])
-                         - (self.kappa0_ + n) * np.einsum("kd,kd->k", c.mu[:K], c.mu[:K]))
+            trace_psi = (
+                np.trace(self.psi0_)
+                + np.einsum("kii->k", c.S2[:K])
+                - (self.kappa0_ + n) * np.einsum("kd,kd->k", c.mu[:K], c.mu[:K])
+            )
             scale = np.mean(trace_psi / (self.nu0_ + n - self.dim_ - 1.0)) / self.dim_
             logits = -d2 / (2.0 * scale)
         W = np.exp(logits - logits.max(axis=0))
@@ -539,7 +638,9 @@ class HDPGMM:
         K = self.comps.size
         logf0 = float(self.comps.prior_logpdf(xc[None])[0])
         w, w_new = self._prior_weights(d)
-        logits = np.append(np.log(np.maximum(w, 1e-300)) + self._component_logpdf(xc[None])[:, 0], np.log(w_new) + logf0)
+        logits = np.append(
+            np.log(np.maximum(w, 1e-300)) + self._component_logpdf(xc[None])[:, 0], np.log(w_new) + logf0
+        )
         p = np.exp(logits - logits.max())
         p /= p.sum()
         rho_new = float(p[K]) if K else 1.0
@@ -619,16 +720,34 @@ class HDPGMM:
         return {name: np.array(value) for name, value in self._state_views(K).items()}
 
     def _state_views(self, K: int) -> dict[str, np.ndarray]:
-        return {"X": self._X, "domains": self._doms, "labels": self._z, "component_ids": self._ids[:K],
-                "next_id": np.array(self._next_id), "n": self.comps.n[:K], "S1": self.comps.S1[:K],
-                "S2": self.comps.S2[:K], "n_dk": self._ndk[:, :K], "m_dk": self._mdk[:, :K], "beta": self._beta[:K],
-                "beta_u": np.array(self._beta_u), "mu0": self.mu0_, "psi0": self.psi0_, "nu0": np.array(self.nu0_),
-                "kappa0": np.array(self.kappa0_), "winv": self.comps.winv[:K], "logdet": self.comps.logdet[:K],
-                "updates": self.comps.updates[:K],
-                "births": np.array([self.births_[c] for c in ("novelty", "sample", "refit")]),
-                "merges": np.array(self.merges_), "dom_sum": self._dom_sum, "dom_count": self._dom_count,
-                "logf0": self._logf0, "rng_state": hs.rng_state_array(self._rng),
-                "params": np.frombuffer(json.dumps(self.get_params()).encode(), dtype=np.uint8)}
+        return {
+            "X": self._X,
+            "domains": self._doms,
+            "labels": self._z,
+            "component_ids": self._ids[:K],
+            "next_id": np.array(self._next_id),
+            "n": self.comps.n[:K],
+            "S1": self.comps.S1[:K],
+            "S2": self.comps.S2[:K],
+            "n_dk": self._ndk[:, :K],
+            "m_dk": self._mdk[:, :K],
+            "beta": self._beta[:K],
+            "beta_u": np.array(self._beta_u),
+            "mu0": self.mu0_,
+            "psi0": self.psi0_,
+            "nu0": np.array(self.nu0_),
+            "kappa0": np.array(self.kappa0_),
+            "winv": self.comps.winv[:K],
+            "logdet": self.comps.logdet[:K],
+            "updates": self.comps.updates[:K],
+            "births": np.array([self.births_[c] for c in ("novelty", "sample", "refit")]),
+            "merges": np.array(self.merges_),
+            "dom_sum": self._dom_sum,
+            "dom_count": self._dom_count,
+            "logf0": self._logf0,
+            "rng_state": hs.rng_state_array(self._rng),
+            "params": np.frombuffer(json.dumps(self.get_params()).encode(), dtype=np.uint8),
+        }
 
     @classmethod
     def from_state_arrays(cls, arrays: dict[str, np.ndarray], **params: Any) -> HDPGMM:
@@ -639,8 +758,13 @@ class HDPGMM:
         model.dim_, model.n_domains_ = X.shape[1], len(arrays["dom_count"])
         model.mu0_ = np.asarray(arrays["mu0"], dtype=np.float64)
         model._rng = np.random.default_rng(0)
-        model._setup(X, np.asarray(arrays["domains"], dtype=np.int64), float(arrays["kappa0"]), float(arrays["nu0"]),
-                     np.asarray(arrays["psi0"]))
+        model._setup(
+            X,
+            np.asarray(arrays["domains"], dtype=np.int64),
+            float(arrays["kappa0"]),
+            float(arrays["nu0"]),
+            np.asarray(arrays["psi0"]),
+        )
         K = len(arrays["n"])
         model.comps.set_stats(np.asarray(arrays["n"]), np.asarray(arrays["S1"]), np.asarray(arrays["S2"]))
         if "winv" in arrays:  # the saved (incrementally updated) factors; without them: fresh ones

@@ -68,8 +68,9 @@ def chol_update(L: np.ndarray, v: np.ndarray, *, downdate: bool = False) -> np.n
     return L
 
 
-def inv_chol_rank1(W: np.ndarray, v: np.ndarray, sign: float = 1.0, *,
-                   out: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+def inv_chol_rank1(
+    W: np.ndarray, v: np.ndarray, sign: float = 1.0, *, out: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
     """Inverse Cholesky factor after a rank-1 change: ``W = L^{-1}`` of ``A = L L^T`` -> that of ``A + sign v v^T``.
 
     O(D^2): with ``w = W v`` and ``t_i = 1 + sign sum_{j<=i} w_j^2``, ``A + sign v v^T = L M M^T L^T`` where
@@ -147,8 +148,12 @@ def student_t_consts(kappa: np.ndarray, nu: np.ndarray, logdet_psi: np.ndarray, 
     ``log_norm = lgamma((df+D)/2) - lgamma(df/2) - D/2 log(df pi) - 1/2 log det(c Psi)``."""
     df = nu - dim + 1.0
     c = (kappa + 1.0) / (kappa * df)
-    log_norm = (gammaln(0.5 * (df + dim)) - gammaln(0.5 * df) - 0.5 * dim * (np.log(df) + LOG_PI)
-                - 0.5 * (logdet_psi + dim * np.log(c)))
+    log_norm = (
+        gammaln(0.5 * (df + dim))
+        - gammaln(0.5 * df)
+        - 0.5 * dim * (np.log(df) + LOG_PI)
+        - 0.5 * (logdet_psi + dim * np.log(c))
+    )
     return df, c, log_norm
 
 
@@ -168,12 +173,19 @@ def chol_and_inverse(psi: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     return L, np.tril(W), float(2.0 * np.log(np.diag(L)).sum())
 
 
-def niw_log_marginal(n: np.ndarray, logdet_psi_n: np.ndarray, kappa0: float, nu0: float, logdet_psi0: float,
-                     dim: int) -> np.ndarray:
+def niw_log_marginal(
+    n: np.ndarray, logdet_psi_n: np.ndarray, kappa0: float, nu0: float, logdet_psi0: float, dim: int
+) -> np.ndarray:
     """Log marginal likelihood of each component's data under the NIW prior (closed form)."""
     nu_n, kappa_n = nu0 + n, kappa0 + n
-    return (-0.5 * n * dim * LOG_PI + multigammaln(0.5 * nu_n, dim) - multigammaln(0.5 * nu0, dim)
-            + 0.5 * nu0 * logdet_psi0 - 0.5 * nu_n * logdet_psi_n + 0.5 * dim * (np.log(kappa0) - np.log(kappa_n)))
+    return (
+        -0.5 * n * dim * LOG_PI
+        + multigammaln(0.5 * nu_n, dim)
+        - multigammaln(0.5 * nu0, dim)
+        + 0.5 * nu0 * logdet_psi0
+        - 0.5 * nu_n * logdet_psi_n
+        + 0.5 * dim * (np.log(kappa0) - np.log(kappa_n))
+    )
 
 
 def antoniak_tables(n_dk: np.ndarray, alpha_beta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -256,8 +268,9 @@ class NIWComponents:
     refresh_every = 64
     buffer_bytes = 1 << 25  # quad() keeps its GEMM output buffer up to this size (32 MiB) between calls
 
-    def __init__(self, *, dim: int, kappa0: float, nu0: float, psi0: np.ndarray, dtype=np.float32,
-                 capacity: int = 16) -> None:
+    def __init__(
+        self, *, dim: int, kappa0: float, nu0: float, psi0: np.ndarray, dtype=np.float32, capacity: int = 16
+    ) -> None:
         self.dim, self.kappa0, self.nu0, self.dtype = dim, float(kappa0), float(nu0), np.dtype(dtype)
         self.psi0 = np.asarray(psi0, dtype=np.float64)
         self.chol0, self.winv0, self.logdet0 = chol_and_inverse(self.psi0)
@@ -330,8 +343,9 @@ class NIWComponents:
             return False
         coef = kappa * w / kappa_new  # Psi_new = Psi + coef (x - mu)(x - mu)^T
         try:
-            _, dlog = inv_chol_rank1(self.winv[k], np.sqrt(abs(coef)) * (x - self.mu[k]), np.sign(coef),
-                                     out=self.winv[k])
+            _, dlog = inv_chol_rank1(
+                self.winv[k], np.sqrt(abs(coef)) * (x - self.mu[k]), np.sign(coef), out=self.winv[k]
+            )
         except ValueError:
             return False
         self.logdet[k] += dlog
@@ -414,8 +428,9 @@ class NIWComponents:
     def prior_logpdf(self, Xc: np.ndarray) -> np.ndarray:
         """Prior predictive (new-component) Student-t log density of centred points, float64."""
         if self._prior_consts is None:
-            self._prior_consts = student_t_consts(np.array(self.kappa0), np.array(self.nu0), np.array(self.logdet0),
-                                                  self.dim)
+            self._prior_consts = student_t_consts(
+                np.array(self.kappa0), np.array(self.nu0), np.array(self.logdet0), self.dim
+            )
         df, c, log_norm = self._prior_consts
         Y = np.asarray(Xc, dtype=np.float64) @ self.winv0.T
         return t_logpdf_from_q(np.einsum("ij,ij->i", Y, Y), df, c, log_norm, self.dim)
@@ -455,7 +470,9 @@ def gibbs_block_events(model, idx, Xb, doms, z, Q, F, u) -> tuple[int, int]:
             w_new = model.alpha * (model._beta_u + np.where(single, model._beta[a], 0.0))
         cols_sel = np.arange(len(sel))
         with np.errstate(divide="ignore"):
-            logits = np.vstack([np.log(np.maximum(w, 0.0)) + F[:K, sel], (np.log(w_new) + model._logf0[idx[sel]])[None]])
+            logits = np.vstack(
+                [np.log(np.maximum(w, 0.0)) + F[:K, sel], (np.log(w_new) + model._logf0[idx[sel]])[None]]
+            )
             logits[a, cols_sel] = np.log(np.maximum(w[a, cols_sel], 0.0)) + f_own
         p = np.exp(logits - logits.max(axis=0))
         cum = np.cumsum(p, axis=0)
@@ -490,18 +507,27 @@ def gibbs_block_events(model, idx, Xb, doms, z, Q, F, u) -> tuple[int, int]:
         if new >= Q.shape[0]:
             Q = np.vstack([Q, np.zeros((new + 1 - Q.shape[0], B))])
             F = np.vstack([F, np.zeros((new + 1 - F.shape[0], B))])
-        rest = cols[j + 1:]
+        rest = cols[j + 1 :]
         if len(rest):
             Q[np.ix_(touched, rest)] = comps.quad(Xb[rest], touched)
             df, c, ln = comps.consts(touched)
-            F[np.ix_(touched, rest)] = t_logpdf_from_q(Q[np.ix_(touched, rest)], df[:, None], c[:, None],
-                                                       ln[:, None], D)
+            F[np.ix_(touched, rest)] = t_logpdf_from_q(
+                Q[np.ix_(touched, rest)], df[:, None], c[:, None], ln[:, None], D
+            )
         start = j + 1
     return moves, births
 
 
-def preset_prior(Xc: np.ndarray, *, prior: str, kappa0: float | None, nu0: float | None, psi_scale: float,
-                 rng: np.random.Generator, stable_nu0_factor: int = 2) -> tuple[float, float, np.ndarray]:
+def preset_prior(
+    Xc: np.ndarray,
+    *,
+    prior: str,
+    kappa0: float | None,
+    nu0: float | None,
+    psi_scale: float,
+    rng: np.random.Generator,
+    stable_nu0_factor: int = 2,
+) -> tuple[float, float, np.ndarray]:
     """``(kappa0, nu0, Psi0)`` of a preset for centred data (see :mod:`metamod.memory.hdp`); explicit values win."""
     n, D = Xc.shape
     cov = np.cov(Xc, rowvar=False).reshape(D, D) if n > 1 else np.eye(D)
@@ -570,12 +596,14 @@ def as_domain(domains, field: str, *, n: int | None = None, n_domains: int | Non
 def rng_state_array(rng: np.random.Generator) -> np.ndarray:
     """The generator's bit-generator state as a uint8 array (JSON bytes)."""
     import json
+
     return np.frombuffer(json.dumps(rng.bit_generator.state).encode(), dtype=np.uint8).copy()
 
 
 def rng_from_state(arr: np.ndarray) -> np.random.Generator:
     """Inverse of :func:`rng_state_array`."""
     import json
+
     state = json.loads(bytes(np.asarray(arr, dtype=np.uint8)).decode())
     bitgen = getattr(np.random, state["bit_generator"])()
     bitgen.state = state
@@ -602,8 +630,10 @@ class _BlasThreads:
             self._libs = []
             try:
                 from threadpoolctl import ThreadpoolController
-                controllers = [c for c in ThreadpoolController().lib_controllers
-                               if c.internal_api in ("openblas", "mkl", "blis")]
+
+                controllers = [
+                    c for c in ThreadpoolController().lib_controllers if c.internal_api in ("openblas", "mkl", "blis")
+                ]
             except Exception:  # threadpoolctl missing or unable to inspect the BLAS: leave threads alone
                 controllers = []
             for c in controllers:
