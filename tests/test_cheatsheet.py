@@ -298,3 +298,23 @@ def test_a_corpus_is_never_queried_with_another_encoder():
     assert shared_embedder(same).dim == 3  # unknown spec keys are checked, not passed to the constructor
     with pytest.raises(ValueError, match="embedded with {model_signature: 'v1'}.*has {model_signature: 'v2'}"):
         shared_embedder({**same, "model_signature": "v1"})
+
+
+def test_online_records_can_come_from_the_reflection():
+    class Reflector:
+        def chat(self, conversations, sampling):
+            return [
+                Generation(text="First convert every amount to cents before adding the prices together.")
+                for _ in conversations
+            ]
+
+    for source, expected in (("extraction", 0), ("reflection", 1), ("both", 1)):
+        memory = Cheatsheet(
+            CheatsheetOptions(cold_start=True, online=True, embedder="hashing", organiser="flat", records_from=source),
+            llm=Reflector(),
+        )
+        solved(memory, ex(0, "How much do 3 pens at 20 cents cost?"))
+        memory.end_batch()
+        assert memory.stats()["behaviours"] == expected, source
+    with pytest.raises(ValueError, match="records_from='lines' is not valid"):
+        CheatsheetOptions(records_from="lines")

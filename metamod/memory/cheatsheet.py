@@ -111,6 +111,13 @@ class CheatsheetOptions(MemoryOptions):
         default=10, metadata={"help": "g: questions between refits when refit is on (the paper: 10 or 50)."}
     )
     max_behaviours: int = field(default=3, metadata={"help": "Behaviours mined per solved question (online)."})
+    records_from: str = field(
+        default="extraction",
+        metadata={
+            "help": "Online records from the extract stage (extraction, the paper), the reflection's own sentences "
+            "(reflection) or both: as mine-behaviours' records_from."
+        },
+    )
     n_clusters: int | None = field(
         default=None, metadata={"help": "K of the k-means organisers (None: the corpus HDP-GMM's fitted K)."}
     )
@@ -138,6 +145,10 @@ class CheatsheetOptions(MemoryOptions):
             raise ValueError("refit needs online: true (refits reorganise what online updates inserted)")
         if self.cold_start and not self.online:
             raise ValueError("cold_start needs online: true (an empty memory only fills by online mining)")
+        from metamod.memory.mining import RECORD_SOURCES
+
+        if self.records_from not in RECORD_SOURCES:
+            raise ValueError(f"records_from={self.records_from!r} is not valid; expected one of {RECORD_SOURCES}")
         if self.max_behaviours < 1:
             raise ValueError(f"max_behaviours must be >= 1, got {self.max_behaviours}")
         if not isinstance(self.organiser_params, dict):
@@ -360,10 +371,12 @@ class Cheatsheet(BaseMemory):
         self._retrieved = {}
         if not self.options.online or not records:
             return
-        from metamod.memory.mining import placeholderise, reflect_and_extract
+        from metamod.memory.mining import placeholderise, records_of, reflect_and_extract_outputs
 
         items = [(r["question"], r["solution"]) for r in records]
-        mined = reflect_and_extract(self.llm, self.llm_sampling, items, max_behaviours=self.options.max_behaviours)
+        limit = self.options.max_behaviours
+        outputs = reflect_and_extract_outputs(self.llm, self.llm_sampling, items, max_behaviours=limit)
+        mined = [records_of(o, self.options.records_from, limit) for o in outputs]
         if len(mined) != len(records):
             raise RuntimeError(f"reflect_and_extract returned {len(mined)} lists for {len(records)} questions")
         texts = [placeholderise(desc) for found in mined for _n, desc in found]
