@@ -57,7 +57,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
+from metamod.memory.base import ROLES, BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
 from metamod.memory.embed import build_embedder, check_embedder
 
 logger = logging.getLogger(__name__)
@@ -153,11 +153,7 @@ class CheatsheetOptions(MemoryOptions):
             raise ValueError(f"max_behaviours must be >= 1, got {self.max_behaviours}")
         if not isinstance(self.organiser_params, dict):
             raise ValueError(f"organiser_params must be a dict, got {type(self.organiser_params).__name__}")
-        bad = [
-            r
-            for r in self.roles
-            if r not in ("debater", "single", "moderator", "judge", *SOLVER_ROLES[2:], "monitor", "controller")
-        ]
+        bad = [r for r in self.roles if r not in ROLES]
         if bad:
             raise ValueError(f"roles {bad} are not memory roles")
         if self.cold_start:
@@ -178,28 +174,13 @@ class Cheatsheet(BaseMemory):
     def __init__(
         self, options: CheatsheetOptions | None = None, *, llm: Any = None, llm_sampling: Any = None, seed: int = 0
     ) -> None:
-        super().__init__()
-        self.options = options or CheatsheetOptions()
-        from metamod.llm.base import SamplingConfig
-
-        self.llm, self.seed = llm, int(seed)
-        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=self.seed)
+        self._init_state(options or CheatsheetOptions(), llm, llm_sampling, seed)
         if self.options.online and (llm is None or not hasattr(llm, "chat")):
             raise ValueError(
                 "memory 'cheatsheet' with online: true mines behaviours with the memory LLM (memory_model); "
                 "none was given"
             )
         o = self.options
-        self.behaviours: list[dict[str, Any]] = []
-        self.domains: list[str] = ["all"]
-        self.pca = self.projector = None
-        self.organiser: Any = None
-        self.samples_seen = 0
-        self.births: dict[str, int] = {"novelty": 0, "sample": 0, "refit": 0}
-        self.refits: list[dict[str, Any]] = []
-        self.mined = {"questions": 0, "behaviours": 0, "empty": 0}
-        self._retrieved: dict[str, list[tuple[int, float, int]]] = {}
-        self._domain_centroids = np.zeros((0, 0))
         if o.cold_start or o.corpus is None:
             if not o.cold_start:
                 raise ValueError(
@@ -213,6 +194,24 @@ class Cheatsheet(BaseMemory):
             self._load_corpus(o.corpus)
 
     # ------------------------------------------------------------------ construction
+    def _init_state(self, options: CheatsheetOptions, llm: Any, llm_sampling: Any, seed: int) -> None:
+        """The empty state every construction path starts from (the corpus or given behaviours fill it)."""
+        from metamod.llm.base import SamplingConfig
+
+        BaseMemory.__init__(self)
+        self.options, self.llm, self.seed = options, llm, int(seed)
+        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=self.seed)
+        self.behaviours: list[dict[str, Any]] = []
+        self.domains: list[str] = ["all"]
+        self.pca = self.projector = None
+        self.organiser: Any = None
+        self.samples_seen = 0
+        self.births: dict[str, int] = {"novelty": 0, "sample": 0, "refit": 0}
+        self.refits: list[dict[str, Any]] = []
+        self.mined = {"questions": 0, "behaviours": 0, "empty": 0}
+        self._retrieved: dict[str, list[tuple[int, float, int]]] = {}
+        self._domain_centroids = np.zeros((0, 0))
+
     @classmethod
     def from_behaviours(
         cls,
@@ -226,13 +225,7 @@ class Cheatsheet(BaseMemory):
         if options.space != "raw":
             raise ValueError("from_behaviours builds a raw-space cheatsheet (no PCA or projector): set space: raw")
         self = cls.__new__(cls)
-        BaseMemory.__init__(self)
-        self.options, self.llm, self.llm_sampling, self.seed = options, None, None, 0
-        self.pca = self.projector = None
-        self.samples_seen, self.refits = 0, []
-        self.births = {"novelty": 0, "sample": 0, "refit": 0}
-        self.mined = {"questions": 0, "behaviours": 0, "empty": 0}
-        self._retrieved = {}
+        self._init_state(options, None, None, 0)
         self.embedder = shared_embedder({"name": options.embedder})
         self.space = "raw"
         domains = list(domains) if domains is not None else ["all"] * len(behaviours)

@@ -216,17 +216,7 @@ def parse_behaviour_records(text: str | None, limit: int) -> list[Record]:
         raw = _json_records(payload) if payload is not None else []
         if not raw:
             raw = _line_records(text)
-        found: list[Record] = []
-        seen: set[str] = set()
-        for name, description in raw:
-            record = _accept(str(name), str(description))
-            if record is None or record[0] in seen:
-                continue
-            seen.add(record[0])
-            found.append(record)
-            if len(found) >= limit:
-                break
-        return found
+        return _first_unique((_accept(str(name), str(description)) for name, description in raw), limit)
     except (RecursionError, ValueError, TypeError) as err:  # defensive: a parser must not end a mining run
         logger.warning("could not parse a behaviour extraction (%s); keeping no records", err)
         return []
@@ -371,18 +361,27 @@ def reflection_records(text: str | None, limit: int) -> list[Record]:
     """
     if not text or limit < 1:
         return []
+    return _first_unique((_sentence_record(piece) for piece in _SENTENCE_SPLIT.split(text)), limit)
+
+
+def _sentence_record(piece: str) -> Record | None:
+    """One reflection sentence as a record, or None (too short, not words, a verdict)."""
+    sentence = _LEADER.sub("", piece).strip().strip('"')
+    words = sentence.split()
+    if len(words) < 5 or sum(w.isalpha() for w in words) < 3 or len(sentence) > 240:
+        return None
+    if sentence.lower().startswith(_VERDICTS):
+        return None
+    content = [w for w in re.findall(r"[A-Za-z]+", sentence) if w.lower() not in _NAME_SKIP]
+    name = normalise_name(" ".join(content[:4]))
+    return _accept(name, sentence) if name else None
+
+
+def _first_unique(records: Iterable[Record | None], limit: int) -> list[Record]:
+    """The first ``limit`` accepted records with distinct names, in order (``None``: rejected)."""
     found: list[Record] = []
     seen: set[str] = set()
-    for piece in _SENTENCE_SPLIT.split(text):
-        sentence = _LEADER.sub("", piece).strip().strip('"')
-        words = sentence.split()
-        if len(words) < 5 or sum(w.isalpha() for w in words) < 3 or len(sentence) > 240:
-            continue
-        if sentence.lower().startswith(_VERDICTS):
-            continue
-        content = [w for w in re.findall(r"[A-Za-z]+", sentence) if w.lower() not in _NAME_SKIP]
-        name = normalise_name(" ".join(content[:4]))
-        record = _accept(name, sentence) if name else None
+    for record in records:
         if record is None or record[0] in seen:
             continue
         seen.add(record[0])
