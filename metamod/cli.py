@@ -32,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "metamod.memory.mine:main",
         "solve -> reflect -> extract reasoning behaviours -> behaviours.jsonl",
     ),
+    "sweep": (
+        "metamod.evaluate.sweep:main",
+        "run one eval config over the values of one setting -> sweep.json + plots",
+    ),
     "fit-cheatsheet": (
         "metamod.memory.cheatsheet_fit:main",
         "fit the Bayesian Cheatsheet (PCA, projector, HDP-GMM) on mined behaviours",

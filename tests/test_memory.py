@@ -123,6 +123,7 @@ GOLD_TEST_OPTIONS = {
     "mca": {"writer": "rule"},
     "bot": {"writer": "rule"},
     "cheatsheet": {"cold_start": True, "online": True, "organiser": "flat", "embedder": "hashing"},
+    "marco": {"condenser": "rule", "condense_every": 1},
 }
 
 
@@ -402,7 +403,7 @@ def test_llm_distiller_needs_a_generator():
 
 # ---------------------------------------------------------------- registry and config
 def test_registry_errors():
-    with pytest.raises(KeyError, match="Valid names: ace, behaviour_bank, bot, cheatsheet, dc, mca, none"):
+    with pytest.raises(KeyError, match="Valid names: ace, behaviour_bank, bot, cheatsheet, dc, marco, mca, none"):
         build_memory("mc2")
     with pytest.raises(ValueError, match="'top_k' is not an option of memory 'none'"):
         build_memory("none", top_k=3)

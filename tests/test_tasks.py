@@ -294,11 +294,21 @@ def test_registry_and_errors():
         "physreason",
         "numina_math",
         "camel_physics",
+        "cruxeval_o",
+        "cruxeval_i",
+        "livecodebench_o",
+        "livecodebench_i",
+        "list_function",
+        "mini_arc",
+        "robustfill",
+        "deepcoder",
+        "synthetic_code",
     }
     with pytest.raises(
         KeyError,
-        match="Valid names: aime25, amc, arith, camel_physics, game24, gsm8k, local, math500, mmlu, numina_math, "
-        "omni_math, physreason, strategyqa, theoremqa",
+        match="Valid names: aime25, amc, arith, camel_physics, cruxeval_i, cruxeval_o, deepcoder, game24, gsm8k, "
+        "list_function, livecodebench_i, livecodebench_o, local, math500, mini_arc, mmlu, numina_math, omni_math, "
+        "physreason, robustfill, strategyqa, synthetic_code, theoremqa",
     ):
         load_task("gsm9k")
     with pytest.raises(ValueError, match=r"Unknown option\(s\) \['levels'\] for task 'gsm8k'. Valid options: "):

@@ -203,7 +203,20 @@ def layer_context(
         method_options={name: dict(options) for name, options in config.method_options.items()},
         max_iterations=config.max_iterations,
         mro_simulation=_mro_simulation(config, seed) if simulated else None,
+        code_simulation=_code_simulation(config, seed) if simulated else None,
     )
+
+
+def _code_simulation(config: EvalConfig, seed: int) -> Any:
+    """The simulated coder's parameters for one evaluation seed (``code_sim_seed`` + seed)."""
+    from metamod.rollout.code_simulated import CodeSimulationConfig
+
+    options = dict(config.code_simulation)
+    options["code_sim_seed"] = int(options.get("code_sim_seed", 0)) + seed
+    try:
+        return CodeSimulationConfig(**options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"code_simulation: {err}") from err
 
 
 def _mro_simulation(config: EvalConfig, seed: int) -> Any:

@@ -93,6 +93,7 @@ _METHOD_KEYS = frozenset(
         "method_options",
         "max_iterations",
         "mro_simulation",
+        "code_simulation",
     }
 )
 _ROLE_KNOBS = {
@@ -185,7 +186,8 @@ def method_fingerprints(
         layer = resolve(DECISION_LAYERS, method, what="evaluation method")
         roles = [r for r in getattr(layer, "needs", ()) if r in specs]
         if method in DECISION_LAYERS:
-            keys = sorted({k for r in roles for k in _ROLE_KNOBS.get(r, ())} | set(_METHOD_KNOBS.get(method, ())))
+            own = set(_METHOD_KNOBS.get(method, ())) | set(getattr(layer, "config_knobs", ()))
+            keys = sorted({k for r in roles for k in _ROLE_KNOBS.get(r, ())} | own)
         else:  # a dotted-path method: we cannot know what it reads
             keys, roles = sorted(_METHOD_KEYS), sorted(specs)
         record = {

@@ -51,7 +51,10 @@ class EvalConfig:
     """Options of ``metamod eval`` (see docs/evaluation.md)."""
 
     # ---- what to evaluate
-    tasks: list[str] = field(default_factory=lambda: ["arith"], metadata={"help": "Task names (see docs/tasks.md)."})
+    tasks: list[str] = field(
+        default_factory=lambda: ["arith"],
+        metadata={"help": "Task names (see docs/tasks.md); name@variant evaluates one task under several labels."},
+    )
     task_options: dict = field(
         default_factory=dict,
         metadata={"help": "Per-task TaskConfig fields, e.g. {arith: {task_split: test, task_limit: 200}} (YAML)."},
@@ -165,6 +168,13 @@ class EvalConfig:
         default_factory=dict,
         metadata={
             "help": "MROSimulationConfig fields for the simulated MRO roles (mro_sim_seed is offset by each seed)."
+        },
+    )
+    code_simulation: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "CodeSimulationConfig fields for the simulated coder of the code-reasoning methods (marco, "
+            "cot, chain_of_code, rhda); code_sim_seed is offset by each seed (docs/marco.md)."
         },
     )
     method_options: dict = field(
@@ -306,6 +316,9 @@ class EvalConfig:
         from metamod.rollout.mro_simulated import MROSimulationConfig
 
         check("mro_simulation", self.mro_simulation, MROSimulationConfig)
+        from metamod.rollout.code_simulated import CodeSimulationConfig
+
+        check("code_simulation", self.code_simulation, CodeSimulationConfig)
         for name in ("debater_backend_options", "moderator_backend_options"):
             check(name, getattr(self, name), BackendConfig, exclude=("backend", "model", "adapter"))
 
@@ -327,14 +340,23 @@ class EvalConfig:
         return needed
 
     def task_config(self, task: str) -> Any:
-        """The :class:`metamod.tasks.TaskConfig` of one task (``limit``, when set, overrides ``task_limit``)."""
+        """The :class:`metamod.tasks.TaskConfig` of one task (``limit``, when set, overrides ``task_limit``).
+
+        A task entry ``name@variant`` (e.g. ``synthetic_code@induction``) is task ``name`` under its own label, so
+        one task can be evaluated with several option sets (``task_options`` keyed by the full entry); results,
+        samples and tables use the full entry.
+
+        >>> EvalConfig(methods=["single_cot"], tasks=["arith@easy"], task_options={"arith@easy": {"task_levels": [1]}},
+        ...            debaters="simulated").task_config("arith@easy").options()
+        {'levels': [1]}
+        """
         from metamod.tasks import TaskConfig
 
         options = dict(self.task_options.get(task, {}))
         if self.limit is not None:
             options["task_limit"] = self.limit
         try:
-            return TaskConfig(task=task, **options)
+            return TaskConfig(task=task.partition("@")[0], **options)
         except TypeError as err:
             raise ValueError(f"task_options[{task!r}]: {err}") from err
 

@@ -124,6 +124,8 @@ class LayerContext:
             checks its own entry.
         max_iterations: the MRO methods' iteration budget N.
         mro_simulation: in the simulated world, the simulated MRO roles' parameters (seed offset per eval seed).
+        code_simulation: in the simulated world, the simulated coder's parameters for the code-reasoning methods
+            (:class:`metamod.rollout.code_simulated.CodeSimulationConfig`, seed offset per eval seed).
     """
 
     max_rounds: int
@@ -142,6 +144,7 @@ class LayerContext:
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_iterations: int = 3
     mro_simulation: Any = None
+    code_simulation: Any = None
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1:
@@ -458,10 +461,20 @@ DEBATE_LAYERS: dict[str, type[DecisionLayer]] = {
 def _all_layers() -> dict[str, type]:
     from .baselines import META_REASONING_BASELINES
     from .cheatsheet_methods import CHEATSHEET_METHODS
+    from .code_baselines import CODE_BASELINE_METHODS
+    from .marco_methods import MARCO_METHODS
     from .mro_methods import MRO_METHODS
     from .single import SINGLE_AGENT_METHODS
 
-    return {**SINGLE_AGENT_METHODS, **MRO_METHODS, **CHEATSHEET_METHODS, **META_REASONING_BASELINES, **DEBATE_LAYERS}
+    return {
+        **SINGLE_AGENT_METHODS,
+        **MRO_METHODS,
+        **CHEATSHEET_METHODS,
+        **MARCO_METHODS,
+        **CODE_BASELINE_METHODS,
+        **META_REASONING_BASELINES,
+        **DEBATE_LAYERS,
+    }
 
 
 #: every evaluation method, debate layers and single-agent baselines: the ONE registry

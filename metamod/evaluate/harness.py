@@ -66,12 +66,15 @@ from .memories import (
     needs_memory_llm,
     read_summaries,
 )
-from .memory_metrics import batch_metrics
+from .memory_metrics import batch_metrics, half_gains
 from .metrics import task_metrics
 from .replay import replay, run_live
 from .report import markdown_tables, structure_table, versions, write_plots
 
 logger = logging.getLogger(__name__)
+
+#: answer kinds graded with partial credit too (a per-question ``score`` next to ``correct``)
+SCORED_KINDS = frozenset({"code_function"})
 
 __all__ = [
     "RESULTS_FILE",
@@ -189,6 +192,17 @@ class _Grader:
             self.cache[key] = is_equivalent(answer, ex.gold, ex.kind, ex.choices)
         return self.cache[key]
 
+    def score(self, answer: str | None, ex: Example) -> float:
+        """The graded share in [0, 1] of a kind with partial credit (``code_function``: hidden pairs right)."""
+        if answer is None:
+            return 0.0
+        from metamod.tasks.code_grading import code_score
+
+        key = ("score", answer, ex.id, ex.gold, ex.kind)
+        if key not in self.cache:
+            self.cache[key] = code_score(answer, ex.gold, ex.kind)
+        return float(self.cache[key])
+
 
 def _round_summary(trace: dict[str, Any]) -> list[dict[str, Any]]:
     return [
@@ -283,6 +297,8 @@ def evaluate_batch(
             record = records[method][i]
             record["correct"] = grade(record["final_answer"], ex)
             record["covered"] = any(grade(a, ex) for a in record["seen_answers"])
+            if ex.kind in SCORED_KINDS:  # induction: the share of hidden pairs right (the paper's accuracy)
+                record["score"] = grade.score(record["final_answer"], ex)
             methods[method] = record
         trace = shared.get(ex.id)
         rows.append(
@@ -319,6 +335,7 @@ def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_confi
         results[task], significance[task] = task_metrics(task_rows, config.methods, reference=config.reference_method)
         for method, metrics in results[task].items():
             metrics.update(batch_metrics(task_rows, method))
+            metrics.update(half_gains(task_rows, method, config.reference_method))
         n_samples[task] = {
             "questions": len({r["id"] for r in task_rows}),
             "rows": len(task_rows),

@@ -52,3 +52,32 @@ def batch_metrics(rows: Sequence[dict[str, Any]], method: str) -> dict[str, Any]
         out["mean_iterations_by_batch"] = [m.get("mean_iterations") for m in per_batch_mro]
         out["action_shares_by_batch"] = [m.get("action_shares_by_iteration") for m in per_batch_mro]
     return out
+
+
+def half_gains(rows: Sequence[dict[str, Any]], method: str, reference: str | None) -> dict[str, Any]:
+    """Accuracy gain of ``method`` over ``reference`` on the first and the second half of the question sequence.
+
+    The sequence is the order the questions were solved in (the order of the rows of each seed); the halves are
+    cut per seed (the first ``n // 2`` questions, then the rest) and pooled over seeds, on the questions both
+    methods answered. A memory that learns shows a larger second-half gain (MARCO's figure 4, right).
+
+    >>> rows = [{"seed": 0, "id": str(i), "methods": {"m": {"correct": i >= 2}, "ref": {"correct": False}}}
+    ...         for i in range(4)]
+    >>> half_gains(rows, "m", "ref")
+    {'first_half_gain_vs_ref': 0.0, 'second_half_gain_vs_ref': 1.0}
+    """
+    if not reference or reference == method:
+        return {}
+    both = [r for r in rows if method in r.get("methods", {}) and reference in r.get("methods", {})]
+    if not both:
+        return {}
+    halves: dict[str, list[float]] = {"first": [], "second": []}
+    for seed in sorted({int(r.get("seed", 0)) for r in both}):
+        order = [r for r in both if int(r.get("seed", 0)) == seed]
+        cut = len(order) // 2
+        for name, part in (("first", order[:cut]), ("second", order[cut:])):
+            halves[name] += [
+                float(bool(r["methods"][method]["correct"])) - float(bool(r["methods"][reference]["correct"]))
+                for r in part
+            ]
+    return {f"{name}_half_gain_vs_{reference}": mean(values) for name, values in halves.items() if values}

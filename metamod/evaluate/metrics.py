@@ -4,8 +4,10 @@ A *record* is one method's outcome on one question (the ``methods[name]`` entry 
 ``correct`` (bool), ``covered`` (gold among the debaters' answers in rounds ``0..stop``), ``rounds`` (rounds
 played, ``None`` for single-agent baselines), ``tokens`` (``debater_prompt``, ``debater_completion``,
 ``moderator_prompt``, ``moderator_completion``, and with a memory LLM ``memory_prompt``, ``memory_completion``),
-``valid`` (list of the moderator calls' format validity) and
-``decisions`` (per-round decision dicts; ``lenient`` marks a forced final answer read from a format-invalid output).
+``valid`` (list of the moderator calls' format validity),
+``decisions`` (per-round decision dicts; ``lenient`` marks a forced final answer read from a format-invalid output)
+and, for answer kinds with partial credit (induction, ``code_function``), ``score`` (the share of hidden pairs right:
+``pair_accuracy`` is its mean, the MARCO paper's "accuracy", while ``accuracy`` is then its "problem accuracy").
 
 Identities (checked in tests): ``correct = correct_with_coverage + correct_without_coverage`` and
 ``mis_aggregation = covered - correct_with_coverage``.
@@ -150,6 +152,10 @@ def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | 
         "correct_with_coverage": cwc,
         "correct_without_coverage": k - cwc,
     }
+    scores = [float(r["score"]) for r in records if r.get("score") is not None]
+    if scores:  # induction: the share of hidden pairs right; accuracy is then problem accuracy (all pairs right)
+        out["pair_accuracy"] = mean(scores)
+        out["pair_accuracy_stderr"] = _stderr(scores)
     rounds = [r["rounds"] for r in records if r.get("rounds") is not None]
     if rounds:
         out["mean_rounds"] = mean(rounds)

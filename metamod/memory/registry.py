@@ -5,7 +5,7 @@
 typo or an option of another memory is refused with the valid names.
 
 >>> sorted(MEMORIES)
-['ace', 'behaviour_bank', 'bot', 'cheatsheet', 'dc', 'mca', 'none']
+['ace', 'behaviour_bank', 'bot', 'cheatsheet', 'dc', 'marco', 'mca', 'none']
 >>> build_memory("none").name
 'none'
 >>> build_memory("behaviour_bank", top_k=2).options.top_k
@@ -31,6 +31,7 @@ from metamod.memory.behaviour_bank import BehaviourBank
 from metamod.memory.bot import BufferOfThought
 from metamod.memory.cheatsheet import Cheatsheet
 from metamod.memory.dc import DynamicCheatsheet
+from metamod.memory.marco import MarcoMemory
 from metamod.memory.mca import MetaCognitiveAccumulator
 from metamod.registry import resolve, valid_names_help
 
@@ -45,6 +46,7 @@ MEMORIES: dict[str, type] = {
     "dc": DynamicCheatsheet,
     "cheatsheet": Cheatsheet,
     "ace": ACEMemory,
+    "marco": MarcoMemory,
 }
 
 #: The memory LLM's model when none is set: the embedded SmolLM2 (runs on the CPU).

@@ -5,7 +5,7 @@
 dataclass that command configs embed to pick a task.
 
 >>> sorted(TASKS)
-['aime25', 'amc', 'arith', 'camel_physics', 'game24', 'gsm8k', 'local', 'math500', 'mmlu', 'numina_math', 'omni_math', 'physreason', 'strategyqa', 'theoremqa']
+['aime25', 'amc', 'arith', 'camel_physics', 'cruxeval_i', 'cruxeval_o', 'deepcoder', 'game24', 'gsm8k', 'list_function', 'livecodebench_i', 'livecodebench_o', 'local', 'math500', 'mini_arc', 'mmlu', 'numina_math', 'omni_math', 'physreason', 'robustfill', 'strategyqa', 'synthetic_code', 'theoremqa']
 >>> task = load_task("arith", num_examples=2, seed=3, levels=[1])
 >>> task.name, task.kind, [ex.id for ex in task.examples()]
 ('arith', 'math', ['arith-3-0', 'arith-3-1'])
@@ -33,6 +33,16 @@ from metamod.tasks.benchmarks import (
     StrategyQATask,
     TableTask,
 )
+from metamod.tasks.code_tasks import (
+    CRUXEvalITask,
+    CRUXEvalOTask,
+    DeepCoderTask,
+    ListFunctionTask,
+    LiveCodeBenchITask,
+    LiveCodeBenchOTask,
+    MiniARCTask,
+    RobustFillTask,
+)
 from metamod.tasks.config import TaskConfig
 from metamod.tasks.game24 import Game24Task
 from metamod.tasks.reasoning_benchmarks import (
@@ -42,6 +52,7 @@ from metamod.tasks.reasoning_benchmarks import (
     OmniMathTask,
     PhysReasonTask,
 )
+from metamod.tasks.synthetic_code import SyntheticCodeTask
 from metamod.tasks.theoremqa import TheoremQATask
 
 __all__ = [
@@ -83,6 +94,16 @@ TASKS: dict[str, type] = {
     "physreason": PhysReasonTask,
     "numina_math": NuminaMathTask,
     "camel_physics": CamelPhysicsTask,
+    # code reasoning (MARCO): deduction *_o, abduction *_i, induction (metamod/tasks/code_tasks.py, synthetic_code.py)
+    "cruxeval_o": CRUXEvalOTask,
+    "cruxeval_i": CRUXEvalITask,
+    "livecodebench_o": LiveCodeBenchOTask,
+    "livecodebench_i": LiveCodeBenchITask,
+    "list_function": ListFunctionTask,
+    "mini_arc": MiniARCTask,
+    "robustfill": RobustFillTask,
+    "deepcoder": DeepCoderTask,
+    "synthetic_code": SyntheticCodeTask,
 }
 
 

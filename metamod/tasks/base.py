@@ -8,9 +8,10 @@ from typing import Any
 
 #: Answer kinds understood by :func:`metamod.tasks.grading.is_equivalent`: ``math`` (exact numbers and symbolic
 #: answers), ``mc`` (option letters), ``yesno``, ``text`` (normalised exact match), ``approx`` (numbers and lists of
-#: numbers within a relative tolerance, TheoremQA's rule) and ``game24`` (an arithmetic expression checked against
-#: the puzzle's numbers).
-ANSWER_KINDS = ("math", "mc", "yesno", "text", "approx", "game24")
+#: numbers within a relative tolerance, TheoremQA's rule), ``game24`` (an arithmetic expression checked against
+#: the puzzle's numbers) and the code-reasoning kinds ``code_output`` (deduction), ``code_input`` (abduction) and
+#: ``code_function`` (induction), graded by :mod:`metamod.tasks.code_grading`.
+ANSWER_KINDS = ("math", "mc", "yesno", "text", "approx", "game24", "code_output", "code_input", "code_function")
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,17 @@ class TaskConfig:
     task: str = field(
         default="arith",
         metadata={
-            "help": "Task name: arith, gsm8k, math500, amc, strategyqa, mmlu, theoremqa, game24 or local "
-            "(see docs/tasks.md)."
+            "help": "Task name: arith, gsm8k, math500, amc, strategyqa, mmlu, theoremqa, game24, local, the code "
+            "reasoning tasks (cruxeval_o/_i, livecodebench_o/_i, list_function, mini_arc, robustfill, deepcoder, "
+            "synthetic_code) or another key of metamod.tasks.TASKS (see docs/tasks.md)."
         },
     )
     task_split: str | None = field(
         default=None,
         metadata={
-            "help": "Split: hub split to load (gsm8k/math500/strategyqa/mmlu/theoremqa default test, amc and "
-            "game24 hub train), or train/test for arith and generated game24 (disjoint streams). None: the task's "
-            "default."
+            "help": "Split: hub split to load (gsm8k/math500/strategyqa/mmlu/theoremqa and the code benchmarks "
+            "default test, amc and game24 hub train), or train/test for arith, generated game24 and synthetic_code "
+            "(disjoint streams). None: the task's default."
         },
     )
     task_data_files: str | None = field(
@@ -62,7 +63,8 @@ class TaskConfig:
         default=None, metadata={"help": "Column holding the list of options (mmlu, or local with kind mc)."}
     )
     task_id_column: str | None = field(
-        default=None, metadata={"help": "Column holding a stable row id (None: ids are <task>-<split>-<row>)."}
+        default=None,
+        metadata={"help": "Column holding a stable row id (None: the dataset's own, else <task>-<split>-<row>)."},
     )
     task_kind: str | None = field(
         default=None, metadata={"help": "local only: answer kind, one of math, mc, yesno, text, approx, game24."}
@@ -87,10 +89,12 @@ class TaskConfig:
     )
     task_seed: int = field(default=0, metadata={"help": "Subsample seed (arith: generator seed)."})
     task_levels: list[int] | None = field(
-        default=None, metadata={"help": "arith only: difficulty levels to mix uniformly, from 1..5 (None: all)."}
+        default=None,
+        metadata={"help": "arith and synthetic_code: difficulty levels to mix uniformly, from 1..5 (None: all)."},
     )
     task_num_examples: int | None = field(
-        default=None, metadata={"help": "arith and generated game24: length of the generated stream (None: 1000)."}
+        default=None,
+        metadata={"help": "arith, generated game24 and synthetic_code: length of the generated stream (None: 1000)."},
     )
     task_variant: str | None = field(
         default=None, metadata={"help": "physreason only: full (1,200 problems) or mini (200)."}
@@ -112,6 +116,50 @@ class TaskConfig:
     )
     task_boxed_gold: bool | None = field(
         default=None, metadata={"help": "camel_physics only: read the gold from the answer's last \\boxed{}."}
+    )
+    task_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Code tasks: Hugging Face dataset id to load instead of the default (cruxeval_*: "
+            "cruxeval-org/cruxeval, livecodebench_*: livecodebench/execution-v2; the induction sets have no hub "
+            "default and need task_data_files or this)."
+        },
+    )
+    task_code_column: str | None = field(
+        default=None, metadata={"help": "cruxeval_*/livecodebench_* only: column with the function source (code)."}
+    )
+    task_input_column: str | None = field(
+        default=None,
+        metadata={"help": "cruxeval_*/livecodebench_* only: column with the input (an argument list or a call)."},
+    )
+    task_output_column: str | None = field(
+        default=None, metadata={"help": "cruxeval_*/livecodebench_* only: column with the output literal (output)."}
+    )
+    task_entry_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "cruxeval_*/livecodebench_* only: column with the function name (livecodebench: function_name; "
+            "None: f, or the name in a call input)."
+        },
+    )
+    task_grade_pairs: str | None = field(
+        default=None,
+        metadata={
+            "help": "Induction tasks (list_function, mini_arc, robustfill, deepcoder): grade a proposed function on "
+            "the hidden pairs (hidden, the default) or on all pairs (all)."
+        },
+    )
+    task_subtask: str | None = field(
+        default=None,
+        metadata={"help": "synthetic_code only: deduction (default), abduction or induction."},
+    )
+    task_language: str | None = field(
+        default=None,
+        metadata={"help": "synthetic_code only: python (default), or robustfill/deepcoder for DSL induction problems."},
+    )
+    task_pairs: int | None = field(
+        default=None,
+        metadata={"help": "synthetic_code induction only: input/output pairs per problem, half visible (default 6)."},
     )
 
     def __post_init__(self) -> None:

@@ -28,6 +28,12 @@ Two kinds compare numbers differently:
   :func:`metamod.tasks.game24.check_expression` accepts it for the puzzle's numbers (the gold: ``"4 7 8 8"``, or any
   expression over the numbers).
 
+Three kinds grade code reasoning (:mod:`metamod.tasks.code_grading`; the gold is self-contained):
+
+* ``code_output``: the predicted output, read as a Python literal (never ``eval``), ``==`` the gold literal.
+* ``code_input``: the gold's function, run in the sandbox on the predicted argument list, returns the gold output.
+* ``code_function``: the proposed function (or DSL program) passes every hidden test pair of the gold.
+
 Math equivalence uses a fast exact/number path first and falls back to ``math-verify``. ``math-verify`` guards
 its sympy work with ``signal.alarm``, which only works on the main thread of the main interpreter; here the
 alarm is used on the main thread only and switched off elsewhere (threads, thread pools), and inputs longer
@@ -46,7 +52,9 @@ from fractions import Fraction
 logger = logging.getLogger(__name__)
 
 #: Kinds understood by :func:`is_equivalent` (kept equal to ``metamod.tasks.base.ANSWER_KINDS``).
-KINDS = ("math", "mc", "yesno", "text", "approx", "game24")
+KINDS = ("math", "mc", "yesno", "text", "approx", "game24", "code_output", "code_input", "code_function")
+#: The code-reasoning kinds, graded by :func:`metamod.tasks.code_grading.grade_code` (execution in the sandbox).
+CODE_KINDS = ("code_output", "code_input", "code_function")
 # APPROX_REL_TOL (the ``approx`` tolerance) lives in metamod.tasks.approx and is re-exported by ``__getattr__``
 # below: approx.py builds on this module's number helpers, so importing it here at load time would be circular.
 
@@ -359,8 +367,20 @@ def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | Non
     ('4600', '[1,1/2]')
     >>> normalize_answer("((8-4)) × (7-1)", "game24"), normalize_answer("8 ** 2", "game24")
     ('(8 - 4) * (7 - 1)', None)
+
+    Code kinds: deduction and abduction answers become a canonical spelling of the literal value (argument list),
+    induction answers the stripped program text:
+
+    >>> normalize_answer("[ANSWER]assert f(2) == {'b': 1, 'a': 2}[/ANSWER]", "code_output")
+    "{'a': 2, 'b': 1}"
+    >>> normalize_answer("f([1,2],  'x')", "code_input"), normalize_answer("__import__('os')", "code_output")
+    ("[1, 2], 'x'", None)
     """
     _check_kind(kind)
+    if kind in CODE_KINDS:
+        from metamod.tasks.code_grading import normalize_code_answer
+
+        return normalize_code_answer(answer, kind)
     candidate = _candidate(answer)
     if candidate is None:
         return None
@@ -439,8 +459,9 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
         gold: the reference answer (a letter for ``mc``, yes/no for ``yesno``).
         kind: ``math`` (numbers, fractions, LaTeX via math-verify), ``mc`` (option letter or option text),
             ``yesno`` (yes/no/true/false), ``text`` (normalised exact match), ``approx`` (numbers or lists of
-            numbers, decimal golds within :data:`APPROX_REL_TOL`) or ``game24`` (an expression solving the puzzle
-            whose numbers the gold lists).
+            numbers, decimal golds within :data:`APPROX_REL_TOL`), ``game24`` (an expression solving the puzzle
+            whose numbers the gold lists), or a code kind (``code_output``, ``code_input``, ``code_function``:
+            graded by execution, see :func:`metamod.tasks.code_grading.grade_code`).
         choices: the options of a multiple-choice item.
 
     Returns:
@@ -465,12 +486,20 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
     (True, False, True)
     >>> is_equivalent("(8 - 4) * (7 - 1)", "1 4 7 8", "game24"), is_equivalent("8 * 3 * 1 * 1", "1 4 7 8", "game24")
     (True, False)
+    >>> is_equivalent("[ANSWER]assert f(4) == 7[/ANSWER]", "7", "code_output"), is_equivalent("7.0", "7", "code_output")
+    (True, True)
+    >>> is_equivalent("__import__('os').system('id')", "0", "code_output"), is_equivalent("[1, 2]", "[2, 1]", "code_output")
+    (False, False)
     >>> is_equivalent("7", "7", "number")
     Traceback (most recent call last):
     ...
-    ValueError: Unknown answer kind 'number'; expected one of math, mc, yesno, text, approx, game24
+    ValueError: Unknown answer kind 'number'; expected one of math, mc, yesno, text, approx, game24, code_output, code_input, code_function
     """
     _check_kind(kind)
+    if kind in CODE_KINDS:
+        from metamod.tasks.code_grading import grade_code
+
+        return grade_code(prediction, gold, kind).correct
     candidate = _candidate(prediction)
     if candidate is None or gold is None or not str(gold).strip():
         return False

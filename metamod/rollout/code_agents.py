@@ -1,0 +1,231 @@
+"""Agents for the code-reasoning methods: the problem statement as a prompt, and one ``chat`` for LLM or simulated.
+
+Every code method (``marco`` and its ablations, ``cot``, ``chain_of_code``, ``rhda``) talks to its model through
+:class:`CodeAgent`: ``agent.chat(conversations, turns)`` sends a whole batch in one call. With an LLM (the eval
+harness's debater model) the conversations go to the generator; in the simulated world
+(:mod:`metamod.rollout.code_simulated`) the turns say what shape of answer is wanted and the simulated coder writes
+one. A :class:`CodeTurn` names the question, the agent, the iteration and the ``stage`` of the call (``propose``,
+``revise``, ``summarise``, ``hypothesis``, ``translate``, ``program``, ``emulate``...).
+
+:func:`problem_prompt` renders the structured problem (``example.meta["code"]``, see docs/tasks.md) with the
+``code_problem_<subtask>`` templates, so the wording is data and a prompts file can replace it.
+
+>>> from metamod.tasks.base import Example
+>>> ex = Example(id="d1", question="...", gold="4", kind="code_output",
+...              meta={"code": {"subtask": "deduction", "entry": "f", "function": "def f(x):\\n    return x + 1",
+...                             "input": "3", "output": None, "visible": [], "language": "python"}})
+>>> print(problem_prompt(ex).splitlines()[-3])
+Call: f(3)
+>>> answer_format(ex).startswith("End with the answer alone")
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from metamod.llm.base import Conversation, Generation
+from metamod.prompts import render
+from metamod.tasks.base import Example
+
+#: sub-tasks of code reasoning and the answer kind of each
+SUBTASK_KINDS: dict[str, str] = {"deduction": "code_output", "abduction": "code_input", "induction": "code_function"}
+#: call stages a code method may ask for (the simulated coder answers each in the right shape)
+STAGES: tuple[str, ...] = ("propose", "revise", "summarise", "hypothesis", "translate", "program", "emulate", "cot")
+
+
+@dataclass(frozen=True)
+class CodeTurn:
+    """One call of a code method for one question and agent.
+
+    Attributes:
+        example: the question.
+        agent: the agent's index (0 for single-agent methods).
+        iteration: 1-based proposal-feedback iteration.
+        stage: one of :data:`STAGES`.
+        peer_lessons: how many peers' lessons the prompt carries (cross-referencing; the simulated coder reads it).
+        guidance_items: how many memory items the prompt carries (the simulated coder reads it).
+        failed_before: whether this agent's previous proposal failed the interpreter's check.
+    """
+
+    example: Example
+    agent: int = 0
+    iteration: int = 1
+    stage: str = "propose"
+    peer_lessons: int = 0
+    guidance_items: int = 0
+    failed_before: bool = False
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"CodeTurn stage {self.stage!r} is not one of {STAGES}")
+
+
+def code_meta(example: Example) -> Mapping[str, Any]:
+    """``example.meta["code"]``, or a one-line error naming the example when it is not a code-reasoning item."""
+    meta = example.meta.get("code") if isinstance(example.meta, Mapping) else None
+    if not isinstance(meta, Mapping) or meta.get("subtask") not in SUBTASK_KINDS:
+        raise ValueError(
+            f"example {example.id!r} is not a code-reasoning item (kind {example.kind!r}): the code methods need "
+            "meta['code'] with a subtask of deduction, abduction or induction (tasks cruxeval_o, list_function, "
+            "synthetic_code, ...; docs/tasks.md)"
+        )
+    return meta
+
+
+def subtask_of(example: Example) -> str:
+    return str(code_meta(example)["subtask"])
+
+
+def _pairs_text(meta: Mapping[str, Any]) -> str:
+    entry = meta.get("entry") or "f"
+    return "\n".join(render("code_pair", entry=entry, input=i, output=o) for i, o in meta.get("visible") or [])
+
+
+def _language_note(meta: Mapping[str, Any]) -> str:
+    entry = meta.get("entry") or "f"
+    language = meta.get("language") or "python"
+    if language == "python":
+        return render("code_language_python", entry=entry) + "\n"
+    from metamod.tasks.dsl import DSLS
+
+    return render("code_language_dsl", entry=entry, grammar=DSLS[language].describe()) + "\n"
+
+
+def problem_prompt(example: Example) -> str:
+    """The problem statement shown to a code agent, from the ``code_problem_<subtask>`` template."""
+    meta = code_meta(example)
+    subtask = meta["subtask"]
+    entry = meta.get("entry") or "f"
+    if subtask == "induction":
+        return render(
+            "code_problem_induction", entry=entry, pairs=_pairs_text(meta), language_note=_language_note(meta)
+        )
+    fields = {"function": meta.get("function") or "", "entry": entry}
+    if subtask == "deduction":
+        return render("code_problem_deduction", input=meta.get("input") or "", **fields)
+    return render("code_problem_abduction", output=meta.get("output") or "", **fields)
+
+
+def answer_format(example: Example) -> str:
+    """How the agent is asked to write its answer: a literal in ``<answer>`` tags, or a fenced function."""
+    return render("marco_answer_code" if subtask_of(example) == "induction" else "marco_answer_value")
+
+
+def feedback_text(feedback: Any, mode: str = "binary", max_failures: int | None = None) -> str:
+    """The interpreter's verdict as the model reads it (the ``marco_feedback_*`` templates: every code method).
+
+    Args:
+        feedback: a :class:`metamod.tasks.code_grading.Feedback` (``passed``, ``n_passed``, ``n_total``,
+            ``failures``, ``error``).
+        mode: ``binary`` (passed or not) or ``rich`` (the failed checks and the error as well).
+        max_failures: ``rich``: the most failed checks listed (None: all).
+
+    Returns:
+        The feedback text.
+
+    >>> from types import SimpleNamespace
+    >>> fb = SimpleNamespace(passed=False, n_passed=1, n_total=2, failures=["f(2) returned 3, expected 4"], error=None)
+    >>> print(feedback_text(fb, "rich"))
+    The interpreter ran your proposal: 1 of 2 checks passed.
+    - f(2) returned 3, expected 4
+    """
+    if feedback.passed:
+        return render("marco_feedback_pass")
+    if mode == "binary":
+        return render("marco_feedback_fail")
+    lines = [f"- {failure}" for failure in list(feedback.failures or [])[:max_failures]]
+    if feedback.error and not any(feedback.error in line for line in lines):
+        lines.append(f"- Error: {feedback.error}")
+    return render(
+        "marco_feedback_detail", passed=feedback.n_passed, total=feedback.n_total, failures="\n".join(lines)
+    ).rstrip()
+
+
+class CodeAgent:
+    """One batched ``chat`` for a code method: an LLM generator, or the simulated coder.
+
+    Args:
+        generator: a :class:`metamod.llm.base.Generator` (``None`` in the simulated world).
+        sampling: its decoding settings.
+        simulated: the simulated coder (:class:`metamod.rollout.code_simulated.SimulatedCoder`) when there is no
+            generator.
+    """
+
+    def __init__(self, generator: Any = None, sampling: Any = None, simulated: Any = None) -> None:
+        if (generator is None) == (simulated is None):
+            raise ValueError("CodeAgent needs exactly one of an LLM generator or a simulated coder")
+        self.generator, self.sampling, self.simulated = generator, sampling, simulated
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.simulated is not None
+
+    @classmethod
+    def from_context(cls, context: Any, method: str) -> CodeAgent:
+        """The agent a method of the eval harness uses (the debater model, or the simulated coder)."""
+        from metamod.config import ConfigError
+
+        if context.agent is not None:
+            sampling = dataclasses.replace(context.agent_sampling, n=1, seed=context.seed)
+            return cls(context.agent, sampling)
+        settings = getattr(context, "code_simulation", None)
+        if settings is None:
+            raise ConfigError(
+                f"method {method!r} needs an agent: an LLM generator (debater_model) or the simulated world "
+                "(debaters: simulated)"
+            )
+        from metamod.rollout.code_simulated import SimulatedCoder
+
+        return cls(simulated=SimulatedCoder(settings))
+
+    def chat(
+        self, conversations: Sequence[Conversation], turns: Sequence[CodeTurn], *, max_tokens: int | None = None
+    ) -> list[Generation]:
+        """One batched call: one generation per conversation (``turns[i]`` describes ``conversations[i]``)."""
+        if len(conversations) != len(turns):
+            raise ValueError(f"chat: {len(conversations)} conversations but {len(turns)} turns")
+        if not conversations:
+            return []
+        if self.simulated is not None:
+            return list(self.simulated.respond(list(turns)))
+        sampling = self.sampling if max_tokens is None else dataclasses.replace(self.sampling, max_tokens=max_tokens)
+        outputs = self.generator.chat([list(c) for c in conversations], sampling)
+        if len(outputs) != len(conversations):
+            raise RuntimeError(f"agent returned {len(outputs)} outputs for {len(conversations)} conversations")
+        return list(outputs)
+
+
+def check_proposals(
+    examples: Sequence[Example],
+    answers: Sequence[str | None],
+    *,
+    deduction_check: str = "format",
+    workers: int | None = None,
+) -> list[Any]:
+    """The interpreter's check of each proposal against what its problem shows, in parallel over the CPU cores.
+
+    One :func:`metamod.tasks.code_grading.visible_feedback` per ``(example, answer)`` (a sandboxed process for
+    code); threads only launch and wait for the sandboxes, so a batch uses every core.
+
+    Returns:
+        One ``Feedback`` per proposal, in order.
+    """
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from metamod.tasks.code_grading import visible_feedback
+
+    if len(examples) != len(answers):
+        raise ValueError(f"check_proposals: {len(examples)} examples but {len(answers)} answers")
+
+    def one(i: int) -> Any:
+        return visible_feedback(examples[i], answers[i], deduction_check=deduction_check)
+
+    if len(examples) <= 1:
+        return [one(i) for i in range(len(examples))]
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        return list(pool.map(one, range(len(examples))))
