@@ -18,8 +18,12 @@ from metamod.llm.base import Generation, SamplingConfig
 from metamod.prompts import render
 from metamod.rollout.code_agents import problem_prompt
 from metamod.rollout.code_simulated import CodeSimulationConfig
+from metamod.sandbox import capabilities
 from metamod.tasks.base import Example
 from metamod.tasks.code_grading import abduction_gold, deduction_gold, grade_code, induction_gold
+
+#: the checks and grades run model-written code in the sandbox, which needs user + network namespaces
+pytestmark = pytest.mark.skipif(not capabilities().namespaces, reason="the sandbox needs user + network namespaces")
 
 ADD_ONE = "def f(x):\n    return x + 1"
 

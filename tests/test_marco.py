@@ -13,7 +13,11 @@ from metamod.memory.marco import MarcoMemory, MarcoOptions
 from metamod.rollout.code_agents import CodeAgent
 from metamod.rollout.code_simulated import CodeSimulationConfig, SimulatedCoder
 from metamod.rollout.marco import MarcoSettings, choose_final, run_marco
+from metamod.sandbox import capabilities
 from metamod.tasks.base import Example
+
+#: the checks and grades run model-written code in the sandbox, which needs user + network namespaces
+pytestmark = pytest.mark.skipif(not capabilities().namespaces, reason="the sandbox needs user + network namespaces")
 
 WRONG_FN = "```python\ndef f(xs):\n    return xs\n```"
 RIGHT_FN = "```python\ndef f(xs):\n    return [x * 2 for x in xs]\n```"

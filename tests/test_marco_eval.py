@@ -10,6 +10,10 @@ from metamod.evaluate.config import EvalConfig
 from metamod.evaluate.harness import evaluate
 from metamod.evaluate.sweep import run_sweep
 from metamod.memory import MemoryConfig
+from metamod.sandbox import capabilities
+
+#: the checks and grades run model-written code in the sandbox, which needs user + network namespaces
+pytestmark = pytest.mark.skipif(not capabilities().namespaces, reason="the sandbox needs user + network namespaces")
 
 METHODS = ["cot", "chain_of_code", "rhda", "marco", "marco_v1", "marco_v2", "marco_v3"]
 
@@ -88,3 +92,36 @@ def test_sweep_over_iterations_writes_one_run_per_value(tmp_path):
     assert (tmp_path / "sweep" / "sweep.json").is_file() and (tmp_path / "sweep" / "sweep-accuracy.png").is_file()
     saved = (tmp_path / "sweep" / "method_options.marco_v1.iterations=3" / "sweep_config.yaml").read_text()
     assert "iterations: 3" in saved
+
+
+@pytest.mark.slow
+def test_smollm2_marco_on_generated_functions(tmp_path):
+    """The real CPU world at a reduced size: SmolLM2 agents and condenser, MARCO and CoT, deduction level 1."""
+    tasks = ["synthetic_code@deduction"]
+    options = {tasks[0]: {"task_subtask": "deduction", "task_split": "test", "task_levels": [1],
+                          "task_num_examples": 4}}  # fmt: skip
+    config = EvalConfig(tasks=tasks, task_options=options, methods=["cot", "marco"], seeds=[0],
+                        reference_method="cot", debaters="hf", debater_model="smollm2-135m-instruct",
+                        debater_backend_options={"device": "cpu", "num_threads": 2}, max_tokens=32,
+                        stop=["\nNow this one", "\nExample"],
+                        output_dir=str(tmp_path / "smol"), plots=False)  # fmt: skip
+    memory = MemoryConfig(memory_batch_size=2, memory_model="smollm2-135m-instruct", memory_max_tokens=48,
+                          memory_options={"condenser": "llm", "condense_every": 2})  # fmt: skip
+    from metamod.prompts import use_prompts
+
+    use_prompts("configs/prompts/smol_marco.yaml")  # the worked-example prompts of configs/eval/marco_smol.yaml
+    try:
+        document = evaluate(config, memory)
+    finally:
+        use_prompts(None)
+    assert document["simulated"] is False
+    rows = [json.loads(line) for line in open(tmp_path / "smol" / "samples.jsonl")]
+    assert len(rows) == 4
+    for row in rows:
+        details = row["methods"]["marco"]["details"]["marco"]
+        assert details["simulated"] is False and len(details["takeaways"]) == 2
+        # whatever SmolLM2 wrote, an answer is either parsed and graded or None (wrong)
+        record = row["methods"]["marco"]
+        assert record["final_answer"] is not None or record["correct"] is False
+    manifest = json.loads((tmp_path / "smol" / "memory-seed0-marco" / "manifest.json").read_text())
+    assert manifest["state"]["counters"]["condensations"] == 1  # after the first batch of 2 = T_c

@@ -359,6 +359,10 @@ class CodeMethod(SingleAgentMethod):
     """Base of the code baselines: a :class:`CodeAgent`, the method's options, batched steps with accounting."""
 
     options_class: ClassVar[type] = CoTOptions
+    #: the answer kinds these methods can solve (checked before any model loads)
+    answer_kinds: ClassVar[tuple[str, ...]] = ("code_output", "code_input", "code_function")
+    #: EvalConfig keys their cells depend on (resume fingerprints)
+    config_knobs: ClassVar[tuple[str, ...]] = ("code_simulation",)
 
     def __init__(self, context: Any):
         self.context = context

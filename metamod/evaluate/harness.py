@@ -170,6 +170,33 @@ def load_inputs(config: EvalConfig) -> tuple[dict[str, list[Example]], dict[tupl
     return examples, reused
 
 
+def check_method_kinds(methods: Sequence[str], examples: dict[str, list[Example]]) -> None:
+    """Refuse, before any model loads, a method that only handles some answer kinds on a task of another kind.
+
+    A method declares them in ``answer_kinds`` (the code-reasoning methods: the three ``code_*`` kinds).
+
+    >>> ex = Example(id="q", question="1+1?", gold="2", kind="math")
+    >>> check_method_kinds(["marco"], {"arith": [ex]})
+    Traceback (most recent call last):
+    ...
+    metamod.errors.ConfigError: method 'marco' needs tasks of answer kind code_output, code_input or code_function (code-reasoning tasks, docs/tasks.md); task 'arith' has kind 'math'
+    """
+    from metamod.config import ConfigError
+    from metamod.registry import resolve
+
+    for method in methods:
+        kinds = getattr(resolve(DECISION_LAYERS, method, what="evaluation method"), "answer_kinds", None)
+        if not kinds:
+            continue
+        for task, exs in examples.items():
+            bad = sorted({ex.kind for ex in exs} - set(kinds))
+            if bad:
+                raise ConfigError(
+                    f"method {method!r} needs tasks of answer kind {', '.join(kinds[:-1])} or {kinds[-1]} "
+                    f"(code-reasoning tasks, docs/tasks.md); task {task!r} has kind {bad[0]!r}"
+                )
+
+
 def _chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])
@@ -373,6 +400,7 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
     check_unlocked(output_dir)  # another writer: fail at once
     start_over = config.overwrite or not config.resume
     examples, reused = load_inputs(config)
+    check_method_kinds(config.methods, examples)
     specs = resolve_models(config)
     if memory_config is not None:
         from metamod.memory.registry import check_memory_options

@@ -56,6 +56,8 @@ class Marco(SingleAgentMethod):
     memory_name: ClassVar[str | None] = "marco"
     #: settings an ablation fixes (a user cannot set them otherwise)
     forced: ClassVar[dict[str, Any]] = {}
+    #: the answer kinds this method can solve (checked before any model loads)
+    answer_kinds: ClassVar[tuple[str, ...]] = ("code_output", "code_input", "code_function")
     #: EvalConfig keys this method's cells depend on (resume fingerprints)
     config_knobs: ClassVar[tuple[str, ...]] = ("code_simulation",)
 
