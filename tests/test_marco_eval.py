@@ -24,7 +24,8 @@ def _config(tmp_path, **kw) -> tuple[EvalConfig, MemoryConfig]:
                    "task_num_examples": 8} for t in tasks}  # fmt: skip
     base = dict(tasks=tasks, task_options=options, methods=METHODS, seeds=[0], reference_method="cot",
                 debaters="simulated", output_dir=str(tmp_path / "run"), plots=False,
-                method_options={"rhda": {"iterations": 2}})  # fmt: skip
+                method_options={"rhda": {"iterations": 2}},
+                code_simulation={"accuracy": 0.4, "overfit_prob": 0.2})  # fmt: skip
     base.update(kw)
     memory = MemoryConfig(memory_batch_size=4, memory_options={"condenser": "rule", "condense_every": 4})
     return EvalConfig(**base), memory
@@ -70,6 +71,20 @@ def test_samples_carry_marco_details_and_memories_are_saved(sim_run):
     assert manifest["state"]["counters"]["condensations"] == 4
     v2 = json.loads(open(f"{out}/memory-seed0-marco_v2/manifest.json").read())
     assert v2["config"]["condense"] is False and v2["state"]["counters"]["condensations"] == 0
+
+
+def test_method_traces_record_every_proposal_verdict_and_lesson(sim_run):
+    _, config, _ = sim_run
+    lines = [json.loads(line) for line in open(f"{config.output_dir}/method-traces.jsonl")]
+    marco = [x for x in lines if x["method"] == "marco"]
+    assert len(marco) == 16 and {x["task"] for x in marco} == set(config.tasks)
+    assert not [x for x in lines if x["method"] == "cot"]  # single-call methods have no trace of their own
+    again = [x for x in marco if x["trace"]["num_iterations"] == 2]
+    assert again, "some problem needed a second iteration"
+    second = again[0]["trace"]["iterations"][1]["proposals"]
+    assert all(p["peer_lessons"] == 1 and "feedback" in p and "text" in p for p in second)
+    v3 = [x for x in lines if x["method"] == "marco_v3" and x["trace"]["num_iterations"] == 2]
+    assert v3 and all(p["peer_lessons"] == 0 for p in v3[0]["trace"]["iterations"][1]["proposals"])
 
 
 def test_rerun_resumes_without_new_cells(sim_run):

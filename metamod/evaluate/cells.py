@@ -39,6 +39,8 @@ from .decision import DECISION_LAYERS
 logger = logging.getLogger(__name__)
 
 SAMPLES_FILE = "samples.jsonl"
+#: the full traces of methods that run their own loop (MRO, MARCO), one line per computed cell
+METHOD_TRACES_FILE = "method-traces.jsonl"
 RESULTS_FILE = "results.json"
 TABLE_FILE = "table.md"
 #: what an eval folder holds, in a settings-mismatch message
@@ -290,7 +292,8 @@ MEMORY_PATTERNS = ("memory-seed*",)
 def has_outputs(output_dir: Path) -> bool:
     """Whether ``output_dir`` holds what a resumed evaluation would reuse (samples, cached debates, memory states)."""
     return output_dir.is_dir() and any(
-        any(output_dir.glob(pattern)) for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", *MEMORY_PATTERNS)
+        any(output_dir.glob(pattern))
+        for pattern in (SAMPLES_FILE, METHOD_TRACES_FILE, "traces-seed*.jsonl", *MEMORY_PATTERNS)
     )
 
 

@@ -41,6 +41,7 @@ from metamod.tasks.grading import is_equivalent
 from ..files import FolderLock, JsonlWriter, atomic_write_json, atomic_write_text, check_unlocked
 from .build import build_debaters, build_generators, layer_context, resolve_models
 from .cells import (  # re-exported: `from metamod.evaluate.harness import eval_settings` keeps working
+    METHOD_TRACES_FILE,
     RESULTS_FILE,
     SAMPLES_FILE,
     TABLE_FILE,
@@ -195,6 +196,38 @@ def check_method_kinds(methods: Sequence[str], examples: dict[str, list[Example]
                     f"method {method!r} needs tasks of answer kind {', '.join(kinds[:-1])} or {kinds[-1]} "
                     f"(code-reasoning tasks, docs/tasks.md); task {task!r} has kind {bad[0]!r}"
                 )
+
+
+def _write_method_traces(
+    sink: JsonlWriter,
+    batch: list[Example],
+    method_traces: dict[str, list[Any]],
+    task: str,
+    seed: int,
+    method_fps: dict[str, str],
+) -> None:
+    """Append the batch's own-loop traces (MRO, MARCO) to ``method-traces.jsonl``, before the samples rows.
+
+    Written first, so a crash in between leaves a trace without its row, which the resumed run computes again and
+    appends once more: a reader keeps the last line per ``(task, method, seed, id)`` with the row's fingerprint.
+    """
+    lines = []
+    for method, per_question in method_traces.items():
+        for ex, trace in zip(batch, per_question, strict=True):
+            if trace is not None:
+                lines.append(
+                    {
+                        "task": task,
+                        "seed": seed,
+                        "method": method,
+                        "id": ex.id,
+                        "fingerprint": method_fps[method],
+                        "trace": trace,
+                    }  # fmt: skip
+                )
+    if lines:
+        sink.write_many(lines)
+        sink.sync()
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
@@ -461,7 +494,7 @@ def _evaluate(
     if missing and needs_memory_llm(sorted(todo_methods), memory_config):
         wanted["memory"] = memory_llm_spec(memory_config)
     generators = build_generators(wanted) if missing else {}
-    with JsonlWriter(samples_path) as sink:
+    with JsonlWriter(samples_path) as sink, JsonlWriter(output_dir / METHOD_TRACES_FILE) as trace_sink:
         for seed in config.seeds:
             seed_missing = {m for (_, s, _), ms in missing.items() if s == seed for m in ms}
             if not seed_missing:
@@ -535,6 +568,7 @@ def _evaluate(
                             for row in rows:  # what each cell was computed with (records stay mode-independent)
                                 row["settings"] = settings_fp
                                 row["fingerprints"] = {m: method_fps[m] for m in row["methods"]}
+                            _write_method_traces(trace_sink, batch, method_traces, task, seed, method_fps)
                             sink.write_many(rows)
                             sink.sync()
                             if memories.active:
