@@ -139,4 +139,4 @@ def test_smollm2_marco_on_generated_functions(tmp_path):
         record = row["methods"]["marco"]
         assert record["final_answer"] is not None or record["correct"] is False
     manifest = json.loads((tmp_path / "smol" / "memory-seed0-marco" / "manifest.json").read_text())
-    assert manifest["state"]["counters"]["condensations"] == 1  # after the first batch of 2 = T_c
+    assert manifest["state"]["counters"]["condensations"] == 2  # after each batch of 2 = T_c
