@@ -63,6 +63,8 @@ from metamod.llm.base import Conversation, Generation
 from metamod.memory.base import ask, with_guidance
 from metamod.prompts import render
 from metamod.rollout.code_agents import (
+    DEDUCTION_CHECKS,
+    FEEDBACK_MODES,
     CodeAgent,
     CodeTurn,
     answer_format,
@@ -78,8 +80,6 @@ from .single import SingleAgentMethod, SingleOutcome
 
 logger = logging.getLogger(__name__)
 
-FEEDBACK_MODES = ("binary", "rich")
-DEDUCTION_CHECKS = ("format", "oracle")
 _FENCE_RE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 

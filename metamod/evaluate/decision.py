@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -493,3 +494,29 @@ def build_layer(name: str, context: LayerContext):
     """
     cls = resolve(DECISION_LAYERS, name, what="evaluation method")
     return cls(context)
+
+
+def check_method_kinds(methods: Sequence[str], examples: dict[str, list[Example]]) -> None:
+    """Refuse, before any model loads, a method that only handles some answer kinds on a task of another kind.
+
+    A method declares them in ``answer_kinds`` (the code-reasoning methods: the three ``code_*`` kinds).
+
+    >>> ex = Example(id="q", question="1+1?", gold="2", kind="math")
+    >>> check_method_kinds(["marco"], {"arith": [ex]})
+    Traceback (most recent call last):
+    ...
+    metamod.errors.ConfigError: method 'marco' needs tasks of answer kind code_output, code_input or code_function (code-reasoning tasks, docs/tasks.md); task 'arith' has kind 'math'
+    """
+    from metamod.config import ConfigError
+
+    for method in methods:
+        kinds = getattr(resolve(DECISION_LAYERS, method, what="evaluation method"), "answer_kinds", None)
+        if not kinds:
+            continue
+        for task, exs in examples.items():
+            bad = sorted({ex.kind for ex in exs} - set(kinds))
+            if bad:
+                raise ConfigError(
+                    f"method {method!r} needs tasks of answer kind {', '.join(kinds[:-1])} or {kinds[-1]} "
+                    f"(code-reasoning tasks, docs/tasks.md); task {task!r} has kind {bad[0]!r}"
+                )

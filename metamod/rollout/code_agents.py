@@ -33,6 +33,10 @@ from metamod.tasks.base import Example
 
 #: sub-tasks of code reasoning and the answer kind of each
 SUBTASK_KINDS: dict[str, str] = {"deduction": "code_output", "abduction": "code_input", "induction": "code_function"}
+#: how the interpreter's verdict is shown: the verdict only, or also the failed checks and the error
+FEEDBACK_MODES: tuple[str, ...] = ("binary", "rich")
+#: what a deduction proposal is checked against: its value parsing, or the real output (leaks the answer)
+DEDUCTION_CHECKS: tuple[str, ...] = ("format", "oracle")
 #: call stages a code method may ask for (the simulated coder answers each in the right shape)
 STAGES: tuple[str, ...] = ("propose", "revise", "summarise", "hypothesis", "translate", "program", "emulate", "cot")
 

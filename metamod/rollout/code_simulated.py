@@ -45,7 +45,7 @@ from typing import Any
 
 from metamod.llm.base import Generation
 from metamod.rollout.code_agents import CodeTurn, code_meta
-from metamod.rollout.simulated import _logit, _rng, _sigmoid
+from metamod.rollout.simulated import _check_probability, _logit, _rng, _sigmoid
 from metamod.tasks.base import Example
 
 SIM_CODER_MODEL = "simulated-coder-v1"
@@ -72,14 +72,6 @@ _LESSONS: dict[str, tuple[str, ...]] = {
         "Look for letter-case and sign differences between examples before generalising.",
     ),
 }
-
-
-def _check_probability(name: str, value: float, *, open_interval: bool = False) -> None:
-    low_ok = value > 0.0 if open_interval else value >= 0.0
-    high_ok = value < 1.0 if open_interval else value <= 1.0
-    if not (low_ok and high_ok):
-        bounds = "(0, 1)" if open_interval else "[0, 1]"
-        raise ValueError(f"{name} must be a probability in {bounds}, got {value}")
 
 
 @dataclass
@@ -118,7 +110,8 @@ class CodeSimulationConfig:
     garble_prob: float = field(default=0.03, metadata={"help": "P(a response carries no answer)."})
 
     def __post_init__(self) -> None:
-        _check_probability("accuracy", self.accuracy, open_interval=True)
+        if not 0.0 < self.accuracy < 1.0:  # a logit is taken
+            raise ValueError(f"accuracy must be a probability in (0, 1), got {self.accuracy}")
         for name in ("retry_fix", "peer_bonus", "overfit_prob", "garble_prob"):
             _check_probability(name, getattr(self, name))
         for name in ("level_slope", "question_sd"):

@@ -43,11 +43,14 @@ from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from metamod.memory.base import GuidanceRequest, render_guidance, with_guidance
 from metamod.prompts import render
 from metamod.rollout.code_agents import (
+    DEDUCTION_CHECKS,
+    FEEDBACK_MODES,
     CodeAgent,
     CodeTurn,
     answer_format,
@@ -61,9 +64,6 @@ from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent, normalize_answer
 
 logger = logging.getLogger(__name__)
-
-FEEDBACK_MODES: tuple[str, ...] = ("binary", "rich")
-DEDUCTION_CHECKS: tuple[str, ...] = ("format", "oracle")
 
 
 @dataclass
@@ -335,7 +335,7 @@ def _meta_reflect(
     for q, ex in enumerate(examples):
         last = iterations[q][-1]
         for j, st in enumerate(states[q]):
-            verdict = feedback_text(_Verdict(last["proposals"][j]["feedback"]["passed"]), "binary")
+            verdict = feedback_text(SimpleNamespace(**last["proposals"][j]["feedback"]), "binary")
             conversations.append(
                 [*st.conversation, {"role": "user", "content": render("marco_summarise", feedback=verdict)}]
             )
@@ -348,12 +348,3 @@ def _meta_reflect(
         tokens[q]["summarise"]["completion"] += int(g.completion_tokens)
         out[q].append({"agent": j, "text": g.text.strip()})
     return out
-
-
-@dataclass(frozen=True)
-class _Verdict:
-    passed: bool
-    n_passed: int = 0
-    n_total: int = 0
-    failures: tuple[str, ...] = ()
-    error: str | None = None
