@@ -11,14 +11,11 @@ f_k^{-i}(x)``, new component ``∝ alpha beta_u f_0(x)`` (``beta_u`` split by ``
 each sweep table counts ``m_{d,k}`` are drawn (Antoniak) and ``beta ~ Dir(m_.1, ..., m_.K, gamma)``.
 ``flat=True`` is the pooled DP-GMM: ``p(z = k) ∝ N_k^{-i} f_k``, new ``∝ gamma f_0``.
 
-Sweep kernel (exact, blocked): per block of points (random order) one GEMM gives every point's Psi-metric
-quadratic form against every component (:meth:`NIWComponents.quad`, ``dtype`` float32 by default; log densities
-in float64); a point's own component is handled by the O(1) leave-one-out identity
-(:func:`~metamod.memory.hdp_stats.loo_quadratic`). All points of the block are sampled at once by inverse-CDF
-with one pre-drawn uniform each; at the first point whose draw changes the state (a move, a birth or a beta
-re-split) it is applied (rank-1 downdate / update of the two touched components' inverse Cholesky factors), their
-rows are recomputed for the rest of the block, and the remaining points are redrawn with their own (still
-independent) uniforms — so the sampler is the exact sequential Gibbs sweep. Initialisation: an exact sequential CRP pass over a random subset of
+Sweep kernel (exact, blocked; :mod:`metamod.memory.hdp_sweep`): one GEMM of cached quadratic features per block
+gives every point's quadratic form against every component (``dtype`` float32 by default, log densities in
+float64); the points are then drawn in order, and a move updates the two touched components' precisions
+(Sherman-Morrison) and the rest of the block's quadratic forms against them in O(D) per point, so the result is
+the sequential Gibbs sweep. Initialisation: an exact sequential CRP pass over a random subset of
 ``init_size`` rows and ``init_sweeps`` Gibbs sweeps over them, then every other row drawn from its conditional
 given those components (a "new component" draw joins its most likely component); then ``sweeps``
 sweeps (the final state is kept; ``history_`` records K, log marginal likelihood, moves and seconds per sweep,
@@ -46,11 +43,11 @@ that holds two true clusters, so at small N the fits under-split.
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
 >>> X = np.concatenate([rng.normal(-5, 1, (40, 3)), rng.normal(5, 1, (40, 3))])
->>> model = HDPGMM(sweeps=10, burn_in=5, seed=0).fit(X, np.repeat([0, 1], 40))
+>>> model = HDPGMM(sweeps=10, burn_in=5, seed=1).fit(X, np.repeat([0, 1], 40))
 >>> model.n_components_
 2
 >>> [(k, round(w, 3)) for k, w, _ in model.retrieve(X[:1], top_k=2)[0]]
-[(0, 1.0), (1, 0.0)]
+[(1, 1.0), (0, 0.0)]
 """
 
 from __future__ import annotations
@@ -64,7 +61,10 @@ from typing import Any
 import numpy as np
 
 from metamod.memory import hdp_stats as hs
-from metamod.memory.hdp_stats import NIWComponents, as_domain, as_rows, blas_threads, t_logpdf_from_q
+from metamod.memory import hdp_support as sup
+from metamod.memory.hdp_stats import NIWComponents, quad_features, t_logpdf_from_q
+from metamod.memory.hdp_support import as_domain, as_rows, blas_threads
+from metamod.memory.hdp_sweep import SCAN_CHUNK, ScanStore, gibbs_sweep
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +88,11 @@ class HDPGMM:
         tau_new: novelty threshold for online births; birth: "threshold" or "sample" (Bernoulli(rho_new)).
         merge, merge_eps: greedy merge in ``refit`` of pairs with symmetric KL < merge_eps.
         dtype: dtype of the sweep / retrieval GEMM ("float32" or "float64").
-        block: points per block in the sweep kernel. init_size: rows of the sequential CRP initialisation;
-            init_sweeps: Gibbs sweeps over those rows before the other rows are labelled from them.
+        block: points per GEMM block in the sweep kernel (1 to 1024; does not change results).
+        init_size: rows of the sequential CRP initialisation; init_sweeps: Gibbs sweeps over those rows before
+            the other rows are labelled from them.
+        feature_cache_gb: largest cache of the rows' quadratic features (F = D (D + 1) / 2 + D + 1 floats per
+            row: 33.5 kB at D = 128, 4.4 GB for 130,000 rows); larger corpora are featurised per block (slower).
         threads: BLAS threads for the big GEMMs (sweep blocks, batches of >= 64 queries); None keeps the caller's
             setting. Small products always run on one thread; on a loaded machine one thread is often faster for
             the big ones too (benchmarks/README.md). Does not change results.
@@ -113,10 +116,11 @@ class HDPGMM:
         merge: bool = True,
         merge_eps: float = 0.1,
         dtype: str = "float32",
-        block: int = 256,
+        block: int = 1024,
         init_size: int = 1000,
         init_sweeps: int = 5,
         threads: int | None = None,
+        feature_cache_gb: float = 8.0,
     ) -> None:
         if prior not in PRIORS:
             raise ValueError(f"prior={prior!r}: expected one of {PRIORS}")
@@ -136,11 +140,13 @@ class HDPGMM:
             raise ValueError(f"tau_new={tau_new!r}: expected a probability in [0, 1]")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads={threads!r}: expected None or an integer >= 1")
-        if sweeps < 0 or burn_in < 0 or block < 1 or init_size < 1:
+        if sweeps < 0 or burn_in < 0 or not 1 <= block <= SCAN_CHUNK or init_size < 1:
             raise ValueError(
                 f"sweeps={sweeps}, burn_in={burn_in}, block={block}, init_size={init_size}: "
-                "expected sweeps, burn_in >= 0 and block, init_size >= 1"
+                f"expected sweeps, burn_in >= 0, 1 <= block <= {SCAN_CHUNK} and init_size >= 1"
             )
+        if not feature_cache_gb >= 0:
+            raise ValueError(f"feature_cache_gb={feature_cache_gb!r}: expected a size in GB >= 0")
         self.sweeps, self.burn_in, self.seed, self.gamma, self.alpha = (
             int(sweeps),
             int(burn_in),
@@ -151,7 +157,7 @@ class HDPGMM:
         self.kappa0, self.nu0, self.psi_scale, self.prior, self.flat = kappa0, nu0, psi_scale, prior, bool(flat)
         self.tau_new, self.birth, self.merge, self.merge_eps = tau_new, birth, bool(merge), merge_eps
         self.dtype, self.block, self.init_size, self.init_sweeps = dtype, int(block), int(init_size), int(init_sweeps)
-        self.threads = threads
+        self.threads, self.feature_cache_gb = threads, float(feature_cache_gb)
         self._fitted = False
 
     def get_params(self) -> dict[str, Any]:
@@ -178,6 +184,7 @@ class HDPGMM:
                 "init_size",
                 "init_sweeps",
                 "threads",
+                "feature_cache_gb",
             )
         }
 
@@ -195,7 +202,7 @@ class HDPGMM:
         self._rng = np.random.default_rng(self.seed)
         self.dim_, self.n_domains_ = D, int(doms.max()) + 1
         self.mu0_ = X.mean(axis=0)
-        kappa0, nu0, psi0 = hs.preset_prior(
+        kappa0, nu0, psi0 = sup.preset_prior(
             X - self.mu0_,
             prior=self.prior,
             kappa0=self.kappa0,
@@ -204,8 +211,8 @@ class HDPGMM:
             rng=self._rng,
             stable_nu0_factor=STABLE_NU0_FACTOR,
         )
-        self._setup(X, doms, kappa0, nu0, psi0)
         t0 = time.perf_counter()
+        self._setup(X, doms, kappa0, nu0, psi0, scan=self._rng.permutation(n))
         self._initialise()
         self.history_ = [
             {
@@ -234,7 +241,7 @@ class HDPGMM:
         self._medoid_dirty = True
         return self
 
-    def _setup(self, X: np.ndarray, doms: np.ndarray, kappa0: float, nu0: float, psi0: np.ndarray) -> None:
+    def _setup(self, X: np.ndarray, doms: np.ndarray, kappa0: float, nu0: float, psi0: np.ndarray, scan) -> None:
         D = X.shape[1]
         self.kappa0_, self.nu0_, self.psi0_ = kappa0, nu0, psi0
         self.comps = NIWComponents(dim=D, kappa0=kappa0, nu0=nu0, psi0=psi0, dtype=np.dtype(self.dtype))
@@ -258,6 +265,7 @@ class HDPGMM:
             self._rows[name] = buf
         self._n_rows = n
         self._view_rows()
+        self._store = ScanStore(scan, dim=D, dtype=self.dtype, limit_bytes=self.feature_cache_gb * 1e9)
         self._ndk = np.zeros((self.n_domains_, 16), dtype=np.int64)
         self._mdk = np.zeros((self.n_domains_, 16), dtype=np.int64)
         self._beta = np.zeros(16)
@@ -290,6 +298,7 @@ class HDPGMM:
             self._rows[name][row] = value
         self._n_rows += 1
         self._view_rows()
+        self._store.append(row)
         return row
 
     def _grow(self, k: int) -> None:
@@ -318,14 +327,14 @@ class HDPGMM:
         return self._ndk[d, :K] + self.alpha * self._beta[:K], self.alpha * self._beta_u
 
     def _initialise(self) -> None:
-        n = len(self._X)
-        order = self._rng.permutation(n)
-        head, tail = order[: self.init_size], order[self.init_size :]
+        """Sequential CRP pass over the first ``init_size`` storage positions (a random subset), ``init_sweeps``
+        sweeps over them, then every other row labelled from its conditional given those components."""
+        head = min(self.init_size, len(self._X))
         with blas_threads(1):
-            self._crp_pass(head)
-        for _ in range(self.init_sweeps if len(tail) else 0):  # settle the subset before it labels the rest
-            self._sweep(head)
-        self._crp_tail(head, tail)
+            self._crp_pass(self._store.scan[:head])
+        for _ in range(self.init_sweeps if head < len(self._X) else 0):  # settle the subset first
+            gibbs_sweep(self, head)
+        self._crp_tail(head)
         self._resample_beta()
 
     def _crp_pass(self, head: np.ndarray) -> None:
@@ -343,36 +352,43 @@ class HDPGMM:
                 k = self._new_component()
             self._assign(i, k, x)
 
-    def _crp_tail(self, head: np.ndarray, tail: np.ndarray) -> None:
-        if len(tail):
-            logits = self._batch_logits(tail)
+    def _crp_tail(self, head: int) -> None:
+        """Label storage positions ``[head, n)`` at once from their conditionals given the head's components."""
+        scan = self._store.scan
+        if head < len(scan):
+            logits = self._batch_logits(head, len(scan))
             p = np.exp(logits - logits.max(axis=0))
             p /= p.sum(axis=0)
-            pick = (p.cumsum(axis=0) < self._rng.random(len(tail))).sum(axis=0)
+            pick = (p.cumsum(axis=0) < self._rng.random(len(scan) - head)).sum(axis=0)
             # a "new component" draw cannot be honoured in a batched pass: it joins its best existing component
             pick = np.where(pick >= self.comps.size, logits[:-1].argmax(axis=0), pick)
-            self._rebuild(np.concatenate([self._z[head], pick]), np.concatenate([head, tail]))
+            self._rebuild(np.concatenate([self._z[scan[:head]], pick]), scan)
 
-    def _batch_logits(self, rows: np.ndarray) -> np.ndarray:
+    def _batch_logits(self, start: int, stop: int) -> np.ndarray:
+        """(K + 1, stop - start) prior-weighted log densities of storage positions ``[start, stop)``."""
         K = self.comps.size
-        out = np.empty((K + 1, len(rows)))
-        for s in range(0, len(rows), 4096):
-            r = rows[s : s + 4096]
+        out = np.empty((K + 1, stop - start))
+        for s in range(start, stop, SCAN_CHUNK):
+            e = min(s + SCAN_CHUNK, stop)
+            r = self._store.scan[s:e]
             if self.flat:
                 w = np.broadcast_to(self._ndk[:, :K].sum(axis=0)[:, None], (K, len(r))).astype(np.float64)
-                w_new = np.full(len(r), self.gamma)
             else:
                 w = (self._ndk[self._doms[r], :K] + self.alpha * self._beta[:K]).T
-                w_new = np.full(len(r), self.alpha * self._beta_u)
+            w_new = self.gamma if self.flat else self.alpha * self._beta_u
             with self._gemm_threads(len(r)):
-                out[:K, s : s + 4096] = np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[r])
-            out[K, s : s + 4096] = np.log(w_new) + self._logf0[r]
+                q = self.comps.quad_packed(self._store.features(s, e, self._Xc))
+            df, c, ln = self.comps.consts()
+            f = t_logpdf_from_q(q, df[:, None], c[:, None], ln[:, None], self.dim_)
+            out[:K, s - start : e - start] = np.log(np.maximum(w, 1e-300)) + f
+            out[K, s - start : e - start] = np.log(w_new) + self._logf0[r]
         return out
 
-    def _assign(self, i: int, k: int, x: np.ndarray) -> None:
-        self.comps.add(k, x)
+    def _assign(self, i: int, k: int, x: np.ndarray):
+        change = self.comps.add(k, x)
         self._ndk[self._doms[i], k] += 1
         self._z[i] = k
+        return change
 
     def _rebuild(self, labels: np.ndarray, rows: np.ndarray) -> None:
         """Statistics and counts from hard labels of ``rows`` (slots kept, contents replaced)."""
@@ -396,38 +412,28 @@ class HDPGMM:
         return int(min(np.searchsorted(np.cumsum(p), self._rng.random() * p.sum()), len(p) - 1))
 
     def _component_logpdf(self, Xc: np.ndarray, *, fast: bool = True) -> np.ndarray:
-        """(K, B) Student-t log densities of centred rows against every slot."""
-        q = self.comps.quad(Xc, fast=fast)
+        """(K, B) Student-t log densities of centred rows against every slot (``fast``: one ``dtype`` GEMM of
+        quadratic features; otherwise float64 around each mean)."""
+        if fast:
+            q = self.comps.quad_packed(quad_features(Xc, dtype=self.comps.dtype))
+        else:
+            q = self.comps.quad_exact(Xc)
         df, c, log_norm = self.comps.consts()
         return t_logpdf_from_q(q, df[:, None], c[:, None], log_norm[:, None], self.dim_)
 
-    def _sweep(self, rows: np.ndarray | None = None) -> tuple[int, int]:
-        """One exact collapsed Gibbs sweep in random order; returns (moves, births). Compacts empty slots."""
-        order = self._rng.permutation(len(self._X) if rows is None else rows)
-        moves = births = 0
-        for s in range(0, len(order), self.block):
-            m, b = self._sweep_block(order[s : s + self.block])
-            moves, births = moves + m, births + b
+    def _sweep(self) -> tuple[int, int]:
+        """One exact collapsed Gibbs sweep (:mod:`metamod.memory.hdp_sweep`); returns (moves, births).
+        Compacts empty slots and redraws the global weights."""
+        moves, births = gibbs_sweep(self)
         self._resample_beta()
         return moves, births
-
-    def _sweep_block(self, idx: np.ndarray) -> tuple[int, int]:
-        comps, D, B = self.comps, self.dim_, len(idx)
-        Xb, doms, z = self._Xc[idx], self._doms[idx], self._z[idx].copy()
-        with self._gemm_threads(B):
-            Q = comps.quad(Xb)
-        df, c, ln = comps.consts()
-        F = t_logpdf_from_q(Q, df[:, None], c[:, None], ln[:, None], D)
-        u = self._rng.random(B)
-        with blas_threads(1):  # the rest is many small calls: one thread is faster
-            return hs.gibbs_block_events(self, idx, Xb, doms, z, Q, F, u)
 
     def _resample_beta(self) -> int:
         """Compact empty slots, then draw tables (Antoniak) and global weights. Returns the slots removed."""
         removed = self._compact()
         K = self.comps.size
         if not self.flat and K:
-            self._mdk[:, :K] = hs.antoniak_tables(self._ndk[:, :K], self.alpha * self._beta[:K], self._rng)
+            self._mdk[:, :K] = sup.antoniak_tables(self._ndk[:, :K], self.alpha * self._beta[:K], self._rng)
             draw = self._rng.dirichlet(np.append(np.maximum(self._mdk[:, :K].sum(axis=0), 1e-3), self.gamma))
             self._beta[:K], self._beta_u = draw[:K], draw[K]
         return removed
@@ -737,15 +743,16 @@ class HDPGMM:
             "psi0": self.psi0_,
             "nu0": np.array(self.nu0_),
             "kappa0": np.array(self.kappa0_),
-            "winv": self.comps.winv[:K],
+            "prec": self.comps.prec[:K],
             "logdet": self.comps.logdet[:K],
+            "scan": self._store.scan,
             "updates": self.comps.updates[:K],
             "births": np.array([self.births_[c] for c in ("novelty", "sample", "refit")]),
             "merges": np.array(self.merges_),
             "dom_sum": self._dom_sum,
             "dom_count": self._dom_count,
             "logf0": self._logf0,
-            "rng_state": hs.rng_state_array(self._rng),
+            "rng_state": sup.rng_state_array(self._rng),
             "params": np.frombuffer(json.dumps(self.get_params()).encode(), dtype=np.uint8),
         }
 
@@ -764,15 +771,15 @@ class HDPGMM:
             float(arrays["kappa0"]),
             float(arrays["nu0"]),
             np.asarray(arrays["psi0"]),
+            scan=np.asarray(arrays["scan"]) if "scan" in arrays else np.arange(len(X)),
         )
         K = len(arrays["n"])
         model.comps.set_stats(np.asarray(arrays["n"]), np.asarray(arrays["S1"]), np.asarray(arrays["S2"]))
-        if "winv" in arrays:  # the saved (incrementally updated) factors; without them: fresh ones
-            model.comps.winv[:K], model.comps.logdet[:K] = arrays["winv"], arrays["logdet"]
+        if "prec" in arrays:  # the saved (incrementally updated) precisions; without them: fresh ones
+            model.comps.prec[:K], model.comps.logdet[:K] = arrays["prec"], arrays["logdet"]
             model.comps.updates[:K] = arrays["updates"]
+            model.comps.stale[:K] = True
             model.comps.version += 1  # log-determinants replaced: drop the cached Student-t constants
-            for k in range(K):
-                model.comps._sync(k)
         model._grow(K)
         model._z[:] = np.asarray(arrays["labels"], dtype=np.int64)
         model._ids[:K], model._next_id = arrays["component_ids"], int(arrays["next_id"])
@@ -783,5 +790,5 @@ class HDPGMM:
         model._dom_sum, model._dom_count = np.array(arrays["dom_sum"]), np.array(arrays["dom_count"])
         model._centroid_cache = None
         model._logf0[:] = arrays["logf0"]
-        model._rng = hs.rng_from_state(arrays["rng_state"])
+        model._rng = sup.rng_from_state(arrays["rng_state"])
         return model

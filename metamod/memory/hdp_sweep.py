@@ -1,0 +1,254 @@
+"""The exact blocked collapsed Gibbs sweep of :class:`~metamod.memory.hdp.HDPGMM` and the row store it scans.
+
+Scan order: rows live in a fixed random *storage order* (drawn once at fit time); a sweep visits chunks of
+:data:`SCAN_CHUNK` storage positions in a fresh random order, each chunk front to back. Any scan order that
+updates one point at a time from its exact full conditional leaves the posterior invariant (systematic and
+random scans are both valid Gibbs samplers); scanning contiguous storage lets every block read its cached
+quadratic features as a view instead of gathering rows.
+
+Per block of ``block`` points (one GEMM, :meth:`NIWComponents.quad_packed`): every point's Psi-metric quadratic
+form against every component. Then the block is processed in sub-blocks of :data:`EVENT_BLOCK` points: all
+remaining points of the sub-block are drawn at once by inverse CDF with one pre-drawn uniform each; at the first
+point whose draw changes the state (a move, a birth, a beta re-split) the change is applied and the sub-block is
+redrawn from the next point. A move is a rank-1 change of two components (:class:`~metamod.memory.hdp_stats.Rank1`),
+so the quadratic forms of the rest of the block against them are updated in O(D) per point, not recomputed.
+The own component enters through the O(1) leave-one-out identity
+(:func:`~metamod.memory.hdp_stats.loo_quadratic`); points whose leave-one-out term is ill-conditioned in the GEMM
+``dtype`` (a point that carries most of a small component) get their own quadratic form recomputed in float64.
+The result is the sequential Gibbs sweep in that scan order (tested equal to ``block=1``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from metamod.memory.hdp_stats import loo_quadratic, n_features, quad_features, student_t_consts, t_logpdf_from_q
+from metamod.memory.hdp_support import blas_threads
+
+SCAN_CHUNK = 1024  # storage positions per scan chunk (the largest allowed ``block``)
+EVENT_BLOCK = 128  # points redrawn together after a state change
+LOO_GUARD = 0.25  # recompute a point's own quadratic form in float64 when 1 - s q falls below this
+
+
+class ScanStore:
+    """Storage order of the rows (``scan[position] = row``) and their cached quadratic features in that order.
+
+    The cache is built on first use and only when it fits ``limit_bytes`` (rows appended later, and every row
+    without a cache, are featurised per block).
+    """
+
+    def __init__(self, scan: np.ndarray, *, dim: int, dtype, limit_bytes: float) -> None:
+        self._scan = np.asarray(scan, dtype=np.int64).copy()
+        self.count = len(self._scan)
+        self.dim, self.dtype, self.limit_bytes = dim, np.dtype(dtype), float(limit_bytes)
+        self.phi: np.ndarray | None = None
+        self.cached = 0
+
+    @property
+    def scan(self) -> np.ndarray:
+        return self._scan[: self.count]
+
+    def append(self, row: int) -> None:
+        if self.count == len(self._scan):
+            self._scan = np.concatenate([self._scan, np.empty(max(16, self.count), dtype=np.int64)])
+        self._scan[self.count] = row
+        self.count += 1
+
+    def nbytes(self) -> int:
+        return 0 if self.phi is None else self.phi.nbytes
+
+    def features(self, start: int, stop: int, Xc: np.ndarray) -> np.ndarray:
+        """Quadratic features of storage positions ``[start, stop)`` (a view of the cache when cached)."""
+        if self.phi is None and self.count * n_features(self.dim) * self.dtype.itemsize <= self.limit_bytes:
+            self._build(Xc)
+        if stop <= self.cached:
+            return self.phi[start:stop]
+        return quad_features(Xc[self.scan[start:stop]], dtype=self.dtype)
+
+    def _build(self, Xc: np.ndarray) -> None:
+        self.cached = self.count
+        self.phi = np.empty((self.count, n_features(self.dim)), dtype=self.dtype)
+        for s in range(0, self.count, 4096):
+            quad_features(Xc[self.scan[s : s + 4096]], dtype=self.dtype, out=self.phi[s : s + 4096])
+
+
+def gibbs_sweep(model, stop: int | None = None) -> tuple[int, int]:
+    """One exact collapsed Gibbs sweep over storage positions ``[0, stop)``; returns (moves, births)."""
+    store = model._store
+    stop = store.count if stop is None else stop
+    chunks = model._rng.permutation(-(-stop // SCAN_CHUNK))
+    u_all = model._rng.random(stop)
+    moves = births = done = 0
+    for c in chunks:
+        lo, hi = c * SCAN_CHUNK, min((c + 1) * SCAN_CHUNK, stop)
+        for s in range(lo, hi, model.block):
+            e = min(s + model.block, hi)
+            m, b = sweep_block(model, s, e, u_all[done : done + e - s])
+            moves, births, done = moves + m, births + b, done + e - s
+    return moves, births
+
+
+def sweep_block(model, start: int, stop: int, u: np.ndarray) -> tuple[int, int]:
+    """Gibbs updates of the points at storage positions ``[start, stop)`` in order, with uniforms ``u``."""
+    store = model._store
+    phi = store.features(start, stop, model._Xc)
+    with model._gemm_threads(stop - start):
+        Q = model.comps.quad_packed(phi)
+    with blas_threads(1):  # the rest is many small calls: one thread is faster
+        block = _Block(model, store.scan[start:stop], Q)
+        moves = births = 0
+        for lo in range(0, block.size, EVENT_BLOCK):
+            m, b = block.draw(u, lo, min(lo + EVENT_BLOCK, block.size))
+            moves, births = moves + m, births + b
+    return moves, births
+
+
+class _Block:
+    """One block's state, kept equal to the current state's full conditionals as points move: quadratic forms
+    ``Q`` and log densities ``F`` (slots x points), per-domain log mixture weights ``LW`` (domains x slots), and
+    per point the own-component logit (leave-one-out density and count) and the new-component logit."""
+
+    def __init__(self, model, rows: np.ndarray, Q: np.ndarray) -> None:
+        self.model, self.comps, self.rows = model, model.comps, rows
+        self.size = len(rows)
+        self.Y = model._Xc64[rows]
+        self.Y32 = self.Y if model.comps.dtype == np.float64 else model._Xc[rows]
+        self.doms = model._doms[rows]
+        self.z = model._z[rows].copy()
+        self.logf0 = model._logf0[rows]
+        K = self.comps.size
+        self.Q = np.vstack([Q, np.zeros((16, self.size))])
+        self._guard_own()
+        df, c, ln = self.comps.consts()
+        self.F = np.empty_like(self.Q)
+        self.F[:K] = t_logpdf_from_q(self.Q[:K], df[:, None], c[:, None], ln[:, None], model.dim_)
+        self.LW = np.zeros((1 if model.flat else model.n_domains_, self.Q.shape[0]))
+        self._weights(np.arange(K))
+        self.own, self.new = np.empty(self.size), np.empty(self.size)
+        self._own_terms(np.arange(self.size))
+
+    def _guard_own(self) -> None:
+        """Recompute in float64 the own quadratic forms whose leave-one-out term amplifies GEMM rounding."""
+        comps, z = self.comps, self.z
+        if comps.dtype == np.float64:
+            return
+        kap = self.model.kappa0_ + comps.n[z]
+        q_own = self.Q[z, np.arange(self.size)]
+        risky = np.flatnonzero((1.0 - kap / (kap - 1.0) * q_own < LOO_GUARD) & (comps.n[z] > 1.0 + 1e-9))
+        for k in np.unique(z[risky]):
+            pts = risky[z[risky] == k]
+            self.Q[k, pts] = comps.quad_exact(self.Y[pts], [k])[0]
+
+    def _weights(self, ks) -> None:
+        """``LW[:, ks]``: log of ``n_{d,k} + alpha beta_k`` (flat: ``log N_k``)."""
+        m = self.model
+        with np.errstate(divide="ignore"):
+            if m.flat:
+                self.LW[0, ks] = np.log(m._ndk[:, ks].sum(axis=0))
+            else:
+                self.LW[:, ks] = np.log(m._ndk[:, ks] + m.alpha * m._beta[ks])
+
+    def _own_terms(self, cols: np.ndarray) -> None:
+        """Own-component logits (leave-one-out density, count minus the point; a singleton's component goes with
+        it) and new-component logits of block positions ``cols``."""
+        if not len(cols):
+            return
+        m, comps, D = self.model, self.comps, self.model.dim_
+        a = self.z[cols]
+        na = comps.n[a]
+        single = na <= 1.0 + 1e-9
+        kap = m.kappa0_ + na
+        q_loo, dlog = loo_quadratic(self.Q[a, cols], kap / (kap - 1.0))
+        df_m, c_m, ln_m = student_t_consts(kap - 1.0, m.nu0_ + na - 1.0, comps.logdet[a] + dlog, D)
+        if m.flat:
+            w_own = m._ndk[:, a].sum(axis=0) - 1.0
+            self.new[cols] = np.log(m.gamma) + self.logf0[cols]
+        else:
+            w_own = np.where(single, 0.0, m._ndk[self.doms[cols], a] - 1.0 + m.alpha * m._beta[a])
+            w_new = m.alpha * (m._beta_u + np.where(single, m._beta[a], 0.0))
+            self.new[cols] = np.log(w_new) + self.logf0[cols]
+        with np.errstate(divide="ignore"):
+            self.own[cols] = np.log(np.maximum(w_own, 0.0)) + t_logpdf_from_q(q_loo, df_m, c_m, ln_m, D)
+
+    def draw(self, u: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
+        """Sequential draws for block positions ``[lo, hi)``; each state change updates the rest of the block."""
+        m, comps = self.model, self.comps
+        moves = births = 0
+        start = lo
+        while start < hi:
+            K, sel = comps.size, slice(start, hi)
+            a = self.z[sel]
+            logits = np.empty((K + 1, hi - start))
+            np.add((self.LW[:1, :K] if m.flat else self.LW[self.doms[sel], :K]).T, self.F[:K, sel], out=logits[:K])
+            logits[a, np.arange(hi - start)] = self.own[sel]
+            logits[K] = self.new[sel]
+            p = np.exp(logits - logits.max(axis=0))
+            cum = np.cumsum(p, axis=0)
+            pick = np.minimum((cum < u[sel] * cum[-1]).sum(axis=0), K)
+            event = pick != a
+            if m.flat:  # a singleton redrawn as "new" is the same state
+                event &= ~((comps.n[a] <= 1.0 + 1e-9) & (pick == K))
+            hits = np.flatnonzero(event)
+            if not len(hits):
+                break
+            j = start + int(hits[0])
+            old = int(self.z[j])
+            births += self._apply(j, int(pick[hits[0]]))
+            moves += int(self.z[j] != old)
+            start = j + 1
+        return moves, births
+
+    def _apply(self, j: int, new: int) -> int:
+        """Apply the draw of block position ``j`` (slot ``new``; ``K`` = a new component); returns births."""
+        model, comps = self.model, self.comps
+        K, old = comps.size, int(self.z[j])
+        i, x, d = int(self.rows[j]), self.Y[j], int(self.doms[j])
+        beta_u = model._beta_u
+        if new == K and comps.n[old] <= 1.0 + 1e-9:  # singleton redrawn as new: stays, beta re-split
+            tot = model._beta_u + model._beta[old]
+            b = model._rng.beta(1.0, model.gamma)
+            model._beta[old], model._beta_u = b * tot, (1.0 - b) * tot
+            self._weights([old])
+            self._own_terms(np.arange(j + 1, self.size))
+            return 0
+        change_old = comps.remove(old, x)
+        model._ndk[d, old] -= 1
+        if comps.n[old] <= 1e-9 and not model.flat:
+            model._beta_u += model._beta[old]
+            model._beta[old] = 0.0
+        born = int(new == K)
+        if born:
+            new = model._new_component()
+            if new >= self.Q.shape[0]:
+                grow = np.zeros((16, self.size))
+                self.Q, self.F = np.vstack([self.Q, grow]), np.vstack([self.F, grow])
+                self.LW = np.hstack([self.LW, np.zeros((self.LW.shape[0], 16))])
+        change_new = model._assign(i, new, x)
+        self.z[j] = new
+        self._follow(j + 1, [(old, change_old), (new, None if born else change_new)])
+        self._weights([old, new])
+        rest = self.z[j + 1 :]
+        if model._beta_u != beta_u:  # every new-component logit changed
+            self._own_terms(np.arange(j + 1, self.size))
+        else:
+            self._own_terms(j + 1 + np.flatnonzero((rest == old) | (rest == new)))
+        return born
+
+    def _follow(self, start: int, changes: list) -> None:
+        """Bring rows of ``Q`` / ``F`` up to date for positions ``[start, size)`` after component changes
+        (``(slot, Rank1 or None)``; None: recompute in float64)."""
+        if start >= self.size:
+            return
+        rest = slice(start, self.size)
+        fast = [(k, ch) for k, ch in changes if ch is not None]
+        if fast:
+            G = np.stack([ch.g for _, ch in fast], axis=1).astype(self.Y32.dtype)
+            T = (self.Y32[rest] @ G).astype(np.float64)
+            for col, (k, ch) in enumerate(fast):
+                self.Q[k, rest] = ch.apply(self.Q[k, rest], None, t=T[:, col])
+        for k, ch in changes:
+            if ch is None and self.comps.n[k] > 1e-9:
+                self.Q[k, rest] = self.comps.quad_exact(self.Y[rest], [k])[0]
+        ks = [k for k, _ in changes]
+        df, c, ln = self.comps.consts(ks)
+        self.F[ks, rest] = t_logpdf_from_q(self.Q[ks, rest], df[:, None], c[:, None], ln[:, None], self.model.dim_)
