@@ -7,6 +7,7 @@ import pytest
 from scipy.stats import multivariate_t
 from sklearn.metrics import adjusted_rand_score
 
+from metamod.memory import hdp_kernel
 from metamod.memory.hdp import HDPGMM
 from metamod.memory.hdp_stats import NIWComponents, Rank1, gaussian_sym_kl, loo_quadratic, quad_features
 
@@ -173,6 +174,26 @@ def test_blocked_sweep_equals_point_by_point_sweep():
         np.testing.assert_allclose(a.comps.prec[: a.n_components_], b.comps.prec[: b.n_components_], atol=1e-9)
 
 
+@pytest.mark.skipif(not hdp_kernel.AVAILABLE, reason="numba not installed (the [fast] extra)")
+def test_compiled_kernel_gives_the_numpy_chain():
+    X, _, doms, _ = blobs(n=300, spread=2.5, seed=8)
+    for flat in (True, False):
+        kw = dict(sweeps=5, burn_in=0, seed=3, flat=flat, dtype="float64", init_size=40, block=128)
+        a = HDPGMM(kernel="numba", **kw).fit(X, doms)
+        b = HDPGMM(kernel="numpy", **kw).fit(X, doms)
+        assert sum(h["moves"] for h in a.history_[1:]) > 20
+        assert [h["moves"] for h in a.history_] == [h["moves"] for h in b.history_]
+        np.testing.assert_array_equal(a.labels_, b.labels_)
+        K = a.n_components_
+        np.testing.assert_allclose(a.comps.prec[:K], b.comps.prec[:K], atol=1e-10)
+        np.testing.assert_allclose(a.comps.logdet[:K], b.comps.logdet[:K], atol=1e-10)
+        consistent(a, X, doms)
+    a32 = HDPGMM(kernel="numba", sweeps=3, seed=1).fit(X, doms)  # float32 GEMM: statistics stay consistent
+    consistent(a32, X, doms)
+    with pytest.raises(ValueError, match="kernel="):
+        HDPGMM(kernel="cuda")
+
+
 def test_reproducible_by_seed_and_seeds_differ():
     X, _, doms, _ = blobs(n=200, spread=2.0, seed=9)
     a = HDPGMM(sweeps=5, burn_in=0, seed=11).fit(X, doms)
@@ -283,6 +304,33 @@ def test_insert_fast_path_equals_refactorising_every_change(fitted):
     np.testing.assert_allclose(fast.comps.logdet[:K], slow.comps.logdet[:K], rtol=1e-10)
     q = fitted[1][:15]
     np.testing.assert_allclose(fast.log_predictive(q), slow.log_predictive(q), rtol=1e-9)
+
+
+def test_batched_inserts_equal_one_row_at_a_time(monkeypatch):
+    from metamod.memory import hdp_online
+
+    X, _, doms, _ = blobs(n=200, seed=6)
+    rng = np.random.default_rng(25)
+    rows = np.concatenate([X[:30] + rng.normal(0, 0.7, (30, X.shape[1])), np.full((2, X.shape[1]), 90.0), X[30:40]])
+    row_doms = rng.integers(0, 2, len(rows))
+    monkeypatch.setattr(hdp_online, "INSERT_BLOCK", 7)  # several batches, births inside a batch
+    for dtype, birth in (("float64", "threshold"), ("float64", "sample"), ("float32", "threshold")):
+        base = HDPGMM(sweeps=3, burn_in=1, seed=4, dtype=dtype, birth=birth).fit(X, doms)
+        one, many = HDPGMM.from_state_arrays(base.state_arrays()), HDPGMM.from_state_arrays(base.state_arrays())
+        a = [one.partial_fit(x, int(d)) for x, d in zip(rows, row_doms, strict=True)]
+        b = many.partial_fit_many(rows, row_doms)
+        assert [(r["component"], r["born"], r["cause"]) for r in a] == [
+            (r["component"], r["born"], r["cause"]) for r in b
+        ]
+        assert sum(r["born"] for r in a) >= 1
+        tol = 1e-9 if dtype == "float64" else 1e-4
+        np.testing.assert_allclose([r["rho_new"] for r in a], [r["rho_new"] for r in b], rtol=tol, atol=1e-12)
+        np.testing.assert_array_equal(one.labels_, many.labels_)
+        np.testing.assert_allclose(one.comps.S2[: one.n_components_], many.comps.S2[: many.n_components_])
+        np.testing.assert_allclose(one.domain_centroids_, many.domain_centroids_)
+        assert one.retrieve(X[:5]) == many.retrieve(X[:5])
+    with pytest.raises(ValueError, match="domain: expected a 1-D integer array of length 3"):
+        many.partial_fit_many(rows[:3], [0, 1])
 
 
 def test_incremental_medoids_and_centroids_equal_recomputation(fitted):

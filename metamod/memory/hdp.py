@@ -60,8 +60,10 @@ from typing import Any
 
 import numpy as np
 
+from metamod.memory import hdp_kernel
 from metamod.memory import hdp_stats as hs
 from metamod.memory import hdp_support as sup
+from metamod.memory.hdp_online import insert_rows
 from metamod.memory.hdp_stats import NIWComponents, quad_features, t_logpdf_from_q
 from metamod.memory.hdp_support import as_domain, as_rows, blas_threads
 from metamod.memory.hdp_sweep import SCAN_CHUNK, ScanStore, gibbs_sweep
@@ -72,6 +74,7 @@ PRIORS = ("stable", "paper")
 STABLE_NU0_FACTOR = 2  # the stable preset's nu0 = STABLE_NU0_FACTOR * D + 2 (see the module docstring)
 BIRTH_MODES = ("threshold", "sample")
 RETRIEVE_METHODS = ("predictive", "centroids")
+KERNELS = ("auto", "numba", "numpy")
 
 
 class HDPGMM:
@@ -93,6 +96,8 @@ class HDPGMM:
             the other rows are labelled from them.
         feature_cache_gb: largest cache of the rows' quadratic features (F = D (D + 1) / 2 + D + 1 floats per
             row: 33.5 kB at D = 128, 4.4 GB for 130,000 rows); larger corpora are featurised per block (slower).
+        kernel: the sweep's sequential part: "numba" (compiled, :mod:`metamod.memory.hdp_kernel`), "numpy", or
+            "auto" (numba when installed). Same chain either way.
         threads: BLAS threads for the big GEMMs (sweep blocks, batches of >= 64 queries); None keeps the caller's
             setting. Small products always run on one thread; on a loaded machine one thread is often faster for
             the big ones too (benchmarks/README.md). Does not change results.
@@ -121,6 +126,7 @@ class HDPGMM:
         init_sweeps: int = 5,
         threads: int | None = None,
         feature_cache_gb: float = 8.0,
+        kernel: str = "auto",
     ) -> None:
         if prior not in PRIORS:
             raise ValueError(f"prior={prior!r}: expected one of {PRIORS}")
@@ -145,6 +151,10 @@ class HDPGMM:
                 f"sweeps={sweeps}, burn_in={burn_in}, block={block}, init_size={init_size}: "
                 f"expected sweeps, burn_in >= 0, 1 <= block <= {SCAN_CHUNK} and init_size >= 1"
             )
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel={kernel!r}: expected one of {KERNELS}")
+        if kernel == "numba" and not hdp_kernel.AVAILABLE:
+            raise ValueError("kernel='numba': numba is not installed (pip install -e '.[fast]')")
         if not feature_cache_gb >= 0:
             raise ValueError(f"feature_cache_gb={feature_cache_gb!r}: expected a size in GB >= 0")
         self.sweeps, self.burn_in, self.seed, self.gamma, self.alpha = (
@@ -157,7 +167,7 @@ class HDPGMM:
         self.kappa0, self.nu0, self.psi_scale, self.prior, self.flat = kappa0, nu0, psi_scale, prior, bool(flat)
         self.tau_new, self.birth, self.merge, self.merge_eps = tau_new, birth, bool(merge), merge_eps
         self.dtype, self.block, self.init_size, self.init_sweeps = dtype, int(block), int(init_size), int(init_sweeps)
-        self.threads, self.feature_cache_gb = threads, float(feature_cache_gb)
+        self.threads, self.feature_cache_gb, self.kernel = threads, float(feature_cache_gb), kernel
         self._fitted = False
 
     def get_params(self) -> dict[str, Any]:
@@ -185,8 +195,13 @@ class HDPGMM:
                 "init_sweeps",
                 "threads",
                 "feature_cache_gb",
+                "kernel",
             )
         }
+
+    def _use_kernel(self) -> bool:
+        """Whether the sweep's sequential part runs compiled (``kernel``: "auto" = when numba is installed)."""
+        return self.kernel == "numba" or (self.kernel == "auto" and hdp_kernel.AVAILABLE)
 
     def _gemm_threads(self, rows: int):
         """BLAS thread scope for a product over ``rows`` points: one thread under 64, else ``threads``."""
@@ -287,19 +302,21 @@ class HDPGMM:
         for name, buf in self._rows.items():
             setattr(self, name, buf[: self._n_rows])
 
-    def _append_row(self, x: np.ndarray, xc: np.ndarray, d: int, logf0: float) -> int:
-        row = self._n_rows
-        if row == len(self._rows["_X"]):
+    def _append_rows(self, X: np.ndarray, Xc: np.ndarray, doms: np.ndarray, logf0: np.ndarray) -> int:
+        """Append rows (unassigned: label -1) to the growable row buffers; returns the first new row."""
+        first, n = self._n_rows, len(X)
+        if first + n > len(self._rows["_X"]):
             for name, buf in self._rows.items():
-                grown = np.empty((max(16, 2 * len(buf)), *buf.shape[1:]), dtype=buf.dtype)
-                grown[:row] = buf[:row]
+                grown = np.empty((max(16, 2 * (first + n)), *buf.shape[1:]), dtype=buf.dtype)
+                grown[:first] = buf[:first]
                 self._rows[name] = grown
-        for name, value in (("_X", x), ("_Xc64", xc), ("_Xc", xc), ("_doms", d), ("_z", -1), ("_logf0", logf0)):
-            self._rows[name][row] = value
-        self._n_rows += 1
+        for name, value in (("_X", X), ("_Xc64", Xc), ("_Xc", Xc), ("_doms", doms), ("_z", -1), ("_logf0", logf0)):
+            self._rows[name][first : first + n] = value
+        self._n_rows += n
         self._view_rows()
-        self._store.append(row)
-        return row
+        for row in range(first, first + n):
+            self._store.append(row)
+        return first
 
     def _grow(self, k: int) -> None:
         if k >= self._beta.shape[0]:
@@ -377,7 +394,7 @@ class HDPGMM:
                 w = (self._ndk[self._doms[r], :K] + self.alpha * self._beta[:K]).T
             w_new = self.gamma if self.flat else self.alpha * self._beta_u
             with self._gemm_threads(len(r)):
-                q = self.comps.quad_packed(self._store.features(s, e, self._Xc))
+                q = self.comps.quad_packed(self._store.features(s, e, self._Xc, self._Xc64))
             df, c, ln = self.comps.consts()
             f = t_logpdf_from_q(q, df[:, None], c[:, None], ln[:, None], self.dim_)
             out[:K, s - start : e - start] = np.log(np.maximum(w, 1e-300)) + f
@@ -412,9 +429,12 @@ class HDPGMM:
         return int(min(np.searchsorted(np.cumsum(p), self._rng.random() * p.sum()), len(p) - 1))
 
     def _component_logpdf(self, Xc: np.ndarray, *, fast: bool = True) -> np.ndarray:
-        """(K, B) Student-t log densities of centred rows against every slot (``fast``: one ``dtype`` GEMM of
-        quadratic features; otherwise float64 around each mean)."""
-        if fast:
+        """(K, B) Student-t log densities of centred rows against every slot (``fast``: one ``dtype`` GEMM, of
+        stacked precisions for batches, of quadratic features for a few rows; otherwise float64 around each
+        mean)."""
+        if fast and len(Xc) > 8:
+            q = self.comps.quad_stacked(Xc)
+        elif fast:
             q = self.comps.quad_packed(quad_features(Xc, dtype=self.comps.dtype))
         else:
             q = self.comps.quad_exact(Xc)
@@ -632,53 +652,26 @@ class HDPGMM:
         return [list(zip(k[:c], w[:c], m[:c], strict=True)) for k, w, m, c in zip(ks, ws, ms, keep, strict=True)]
 
     def partial_fit(self, x: np.ndarray, domain: int) -> dict[str, Any]:
-        """Online insert of one row (appended as row n): novelty birth or soft fold-in (see issue part 4)."""
-        self._check_fitted()
-        with blas_threads(1):
-            return self._insert(x, domain)
+        """Online insert of one row (appended as row n): novelty birth or soft fold-in (see issue part 4).
 
-    def _insert(self, x: np.ndarray, domain: int) -> dict[str, Any]:
-        x = as_rows(np.asarray(x).reshape(1, -1), "x", dim=self.dim_)[0]
-        d = int(as_domain(np.array([domain]), "domain", n_domains=self.n_domains_)[0])
-        xc = x - self.mu0_
-        K = self.comps.size
-        logf0 = float(self.comps.prior_logpdf(xc[None])[0])
-        w, w_new = self._prior_weights(d)
-        logits = np.append(
-            np.log(np.maximum(w, 1e-300)) + self._component_logpdf(xc[None])[:, 0], np.log(w_new) + logf0
+        Returns ``{"component", "born", "cause", "rho_new"}``. Same as ``partial_fit_many([x], [domain])[0]``.
+        """
+        return self.partial_fit_many(np.asarray(x).reshape(1, -1), [domain], field="x")[0]
+
+    def partial_fit_many(self, X: np.ndarray, domains, *, field: str = "X") -> list[dict[str, Any]]:
+        """Online inserts of several rows in order (:mod:`metamod.memory.hdp_online`): the result of calling
+        :meth:`partial_fit` on each, computed in batches. ``domains``: one domain per row, or one for all."""
+        self._check_fitted()
+        X = as_rows(X, field, dim=self.dim_)
+        raw = np.asarray(domains)
+        doms = as_domain(
+            np.broadcast_to(raw, (len(X),)) if raw.ndim == 0 or raw.size == 1 else raw,
+            "domain",
+            n=len(X),
+            n_domains=self.n_domains_,
         )
-        p = np.exp(logits - logits.max())
-        p /= p.sum()
-        rho_new = float(p[K]) if K else 1.0
-        cause = None
-        if self.birth == "threshold" and rho_new > self.tau_new:
-            cause = "novelty"
-        elif self.birth == "sample" and self._rng.random() < rho_new:
-            cause = "sample"
-        row = self._append_row(x, xc, d, logf0)
-        self._dom_sum[d] += x
-        self._dom_count[d] += 1
-        self._centroid_cache = None
-        if cause is not None:
-            k = self._new_component()
-            self.comps.add(k, xc)
-            self.births_[cause] += 1
-            self._medoid_stale.add(k)
-        else:
-            r = p[:K] / p[:K].sum()
-            touched = np.flatnonzero(r >= 1e-6).tolist()
-            for j in touched:
-                self.comps.add(j, xc, float(r[j]))
-            k = int(np.argmax(r))
-            self._medoid_stale.update(touched)
-            self._medoid_stale.add(k)
-        self._ndk[d, k] += 1
-        self._z[row] = k
-        if not self.flat:  # local table: a new one w.p. alpha beta_z / (alpha beta_z + n_{d,z} before this row)
-            ab, before = self.alpha * self._beta[k], self._ndk[d, k] - 1
-            if before == 0 or self._rng.random() < ab / (ab + before):
-                self._mdk[d, k] += 1
-        return {"component": k, "born": cause is not None, "cause": cause, "rho_new": rho_new}
+        with blas_threads(1):
+            return insert_rows(self, X, X - self.mu0_, doms)
 
     def refit(self) -> dict[str, int]:
         """Rebuild statistics from hard assignments, one Gibbs sweep (domains fixed), then greedy KL merges."""

@@ -211,6 +211,7 @@ class NIWComponents:
         self.version = 0  # bumped on every change of any slot (invalidates :meth:`consts`' cache)
         self._consts_cache: tuple | None = None
         self._prior_consts: tuple | None = None
+        self._stacked: tuple | None = None  # :meth:`quad_stacked`'s precisions, valid for one version
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
@@ -351,6 +352,22 @@ class NIWComponents:
         """(K, B) Psi-metric quadratic forms from quadratic features ``phi`` (B, F): one GEMM in ``dtype``."""
         coef = self.coefficients(K)
         return np.asarray((phi.astype(coef.dtype, copy=False) @ coef.T).T, dtype=np.float64)
+
+    def quad_stacked(self, Xc: np.ndarray) -> np.ndarray:
+        """(K, B) Psi-metric quadratic forms of centred points against every slot: one ``dtype`` GEMM with the
+        stacked precisions, ``x^T P x - 2 x^T P mu + mu^T P mu`` (faster than features for query batches, where
+        the features would be built per call)."""
+        K, D = self.size, self.dim
+        key = (self.version, K)
+        if self._stacked is None or self._stacked[0] != key:
+            P = self.prec[:K]
+            Pmu = np.einsum("kde,ke->kd", P, self.mu[:K])
+            stacked = np.ascontiguousarray(P.transpose(1, 0, 2).reshape(D, K * D), dtype=self.dtype)
+            self._stacked = (key, stacked, Pmu.astype(self.dtype), np.einsum("kd,kd->k", Pmu, self.mu[:K]))
+        _, stacked, Pmu, const = self._stacked
+        X = np.asarray(Xc, dtype=self.dtype)
+        xpx = np.einsum("bkd,bd->bk", (X @ stacked).reshape(len(X), K, D), X).astype(np.float64)
+        return (xpx - 2.0 * (X @ Pmu.T) + const).T
 
     def quad_exact(self, Xc: np.ndarray, rows=None) -> np.ndarray:
         """(len(rows), B) Psi-metric quadratic forms of centred points, float64, computed around each mean."""

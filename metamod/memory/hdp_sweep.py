@@ -57,17 +57,24 @@ class ScanStore:
     def nbytes(self) -> int:
         return 0 if self.phi is None else self.phi.nbytes
 
-    def features(self, start: int, stop: int, Xc: np.ndarray) -> np.ndarray:
+    def features(self, start: int, stop: int, Xc: np.ndarray, Xc64: np.ndarray) -> np.ndarray:
         """Quadratic features of storage positions ``[start, stop)`` (a view of the cache when cached)."""
         if self.phi is None and self.count * n_features(self.dim) * self.dtype.itemsize <= self.limit_bytes:
-            self._build(Xc)
+            self._build(Xc, Xc64)
         if stop <= self.cached:
             return self.phi[start:stop]
         return quad_features(Xc[self.scan[start:stop]], dtype=self.dtype)
 
-    def _build(self, Xc: np.ndarray) -> None:
+    def centred(self, start: int, stop: int, Xc64: np.ndarray) -> np.ndarray:
+        """float64 centred rows of storage positions ``[start, stop)`` (a view where cached)."""
+        if stop <= self.cached:
+            return self.rows64[start:stop]
+        return Xc64[self.scan[start:stop]]
+
+    def _build(self, Xc: np.ndarray, Xc64: np.ndarray) -> None:
         self.cached = self.count
         self.phi = np.empty((self.count, n_features(self.dim)), dtype=self.dtype)
+        self.rows64 = Xc64[self.scan]
         for s in range(0, self.count, 4096):
             quad_features(Xc[self.scan[s : s + 4096]], dtype=self.dtype, out=self.phi[s : s + 4096])
 
@@ -91,15 +98,45 @@ def gibbs_sweep(model, stop: int | None = None) -> tuple[int, int]:
 def sweep_block(model, start: int, stop: int, u: np.ndarray) -> tuple[int, int]:
     """Gibbs updates of the points at storage positions ``[start, stop)`` in order, with uniforms ``u``."""
     store = model._store
-    phi = store.features(start, stop, model._Xc)
+    phi = store.features(start, stop, model._Xc, model._Xc64)
     with model._gemm_threads(stop - start):
         Q = model.comps.quad_packed(phi)
+    compiled = model._use_kernel()
     with blas_threads(1):  # the rest is many small calls: one thread is faster
-        block = _Block(model, store.scan[start:stop], Q)
+        block = _Block(model, start, store.scan[start:stop], Q, track_own=not compiled)
+        if compiled:
+            return _compiled_moves(block, u)
         moves = births = 0
         for lo in range(0, block.size, EVENT_BLOCK):
             m, b = block.draw(u, lo, min(lo + EVENT_BLOCK, block.size))
             moves, births = moves + m, births + b
+    return moves, births
+
+
+def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
+    """The block's draws through :func:`metamod.memory.hdp_kernel.block_moves`; the points it hands back
+    (new-component draws, emptied components, refactorisations) go through :meth:`_Block._apply`."""
+    from metamod.memory.hdp_kernel import DONE, block_moves
+
+    m, comps = block.model, block.comps
+    moves = births = 0
+    pos = 0
+    while pos < block.size:
+        consts = [np.resize(v, block.Q.shape[0]) for v in comps.consts()]
+        pos, code, pick, done = block_moves(
+            block.Q, block.F, block.LW, block.Y, block.z, block.doms, block.logf0, u, block.rows, m._z, pos,
+            block.size, comps.size, comps.n, comps.S1, comps.S2, comps.mu, comps.prec, comps.logdet, comps.updates,
+            comps.stale, m._ndk, m._beta, np.array([m._beta_u]), *consts, float(m.alpha), float(m.gamma),
+            bool(m.flat), float(m.kappa0_), float(m.nu0_), float(comps.refresh_every),
+        )  # fmt: skip
+        comps.version += 1  # the kernel changed statistics in place: drop cached constants
+        moves += done
+        if code == DONE:
+            break
+        old = int(block.z[pos])
+        births += block._apply(pos, int(pick))
+        moves += int(block.z[pos] != old)
+        pos += 1
     return moves, births
 
 
@@ -108,11 +145,10 @@ class _Block:
     ``Q`` and log densities ``F`` (slots x points), per-domain log mixture weights ``LW`` (domains x slots), and
     per point the own-component logit (leave-one-out density and count) and the new-component logit."""
 
-    def __init__(self, model, rows: np.ndarray, Q: np.ndarray) -> None:
+    def __init__(self, model, start: int, rows: np.ndarray, Q: np.ndarray, *, track_own: bool = True) -> None:
         self.model, self.comps, self.rows = model, model.comps, rows
         self.size = len(rows)
-        self.Y = model._Xc64[rows]
-        self.Y32 = self.Y if model.comps.dtype == np.float64 else model._Xc[rows]
+        self.Y = model._store.centred(start, start + self.size, model._Xc64)
         self.doms = model._doms[rows]
         self.z = model._z[rows].copy()
         self.logf0 = model._logf0[rows]
@@ -124,6 +160,7 @@ class _Block:
         self.F[:K] = t_logpdf_from_q(self.Q[:K], df[:, None], c[:, None], ln[:, None], model.dim_)
         self.LW = np.zeros((1 if model.flat else model.n_domains_, self.Q.shape[0]))
         self._weights(np.arange(K))
+        self.track_own = track_own  # the per-point own / new logits of :meth:`draw` (not needed by the kernel)
         self.own, self.new = np.empty(self.size), np.empty(self.size)
         self._own_terms(np.arange(self.size))
 
@@ -151,7 +188,7 @@ class _Block:
     def _own_terms(self, cols: np.ndarray) -> None:
         """Own-component logits (leave-one-out density, count minus the point; a singleton's component goes with
         it) and new-component logits of block positions ``cols``."""
-        if not len(cols):
+        if not len(cols) or not self.track_own:
             return
         m, comps, D = self.model, self.comps, self.model.dim_
         a = self.z[cols]
@@ -242,8 +279,7 @@ class _Block:
         rest = slice(start, self.size)
         fast = [(k, ch) for k, ch in changes if ch is not None]
         if fast:
-            G = np.stack([ch.g for _, ch in fast], axis=1).astype(self.Y32.dtype)
-            T = (self.Y32[rest] @ G).astype(np.float64)
+            T = self.Y[rest] @ np.stack([ch.g for _, ch in fast], axis=1)
             for col, (k, ch) in enumerate(fast):
                 self.Q[k, rest] = ch.apply(self.Q[k, rest], None, t=T[:, col])
         for k, ch in changes:

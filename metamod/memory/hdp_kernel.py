@@ -1,0 +1,177 @@
+"""Compiled sequential part of the HDP-GMM Gibbs sweep (numba, optional: ``pip install -e .[fast]``).
+
+:func:`block_moves` walks a block's points in order exactly like
+:meth:`metamod.memory.hdp_sweep._Block.draw` / ``_apply`` do with numpy calls: each point's full conditional from
+the block's quadratic forms ``Q``, log densities ``F`` and log weights ``LW`` (own component by the leave-one-out
+identity), an inverse-CDF draw with the point's pre-drawn uniform, and for a move between existing components the
+rank-1 statistics, precision (Sherman-Morrison) and determinant updates of both components plus the O(D) update of
+the rest of the block's ``Q`` / ``F`` rows. It stops and hands the point back to the numpy path for everything
+rarer: a draw of a new component (birth or beta re-split: those use the model's random generator), a component
+emptied, a refactorisation due, or an ill-conditioned downdate. With the same uniforms both paths give the same
+chain (tested in float64); the compiled one removes the per-point interpreter overhead.
+
+Without numba :data:`AVAILABLE` is False and the sweep uses the numpy path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+
+AVAILABLE = importlib.util.find_spec("numba") is not None  # an optional accelerator, imported on first use
+_COMPILED: dict[str, object] = {}
+
+DONE, HANDBACK = 0, 1
+LOG_PI = math.log(math.pi)
+
+
+def _block_moves(
+    Q, F, LW, Y, z, doms, logf0, u, rows, labels, start, stop, K,
+    n, S1, S2, mu, prec, logdet, updates, stale, ndk, beta, beta_u,
+    df, c, ln, alpha, gamma, flat, kappa0, nu0, refresh_every,
+):  # fmt: skip
+    """Process block positions ``[start, stop)``; returns ``(position, code, pick, moves)`` (see module doc)."""
+    B, D = Y.shape
+    p = np.empty(K + 1)
+    g_old = np.empty(D)
+    g_new = np.empty(D)
+    moves = 0
+    for j in range(start, stop):
+        a = z[j]
+        d = doms[j]
+        na = n[a]
+        single = na <= 1.0 + 1e-9
+        kap = kappa0 + na
+        s_loo = kap / (kap - 1.0)
+        one_minus = max(1.0 - s_loo * Q[a, j], 1e-300)
+        q_loo = s_loo * s_loo * Q[a, j] / one_minus
+        kap_m = kap - 1.0
+        df_m = nu0 + na - 1.0 - D + 1.0
+        c_m = (kap_m + 1.0) / (kap_m * df_m)
+        ln_m = (
+            math.lgamma(0.5 * (df_m + D))
+            - math.lgamma(0.5 * df_m)
+            - 0.5 * D * (math.log(df_m) + LOG_PI)
+            - 0.5 * (logdet[a] + math.log(one_minus) + D * math.log(c_m))
+        )
+        f_own = ln_m - 0.5 * (df_m + D) * math.log1p(max(q_loo, 0.0) / (c_m * df_m))
+        if flat:
+            w_own = -1.0
+            for dd in range(ndk.shape[0]):
+                w_own += ndk[dd, a]
+            l_new = math.log(gamma) + logf0[j]
+            row = 0
+        else:
+            w_own = 0.0 if single else ndk[d, a] - 1.0 + alpha * beta[a]
+            l_new = math.log(alpha * (beta_u[0] + (beta[a] if single else 0.0))) + logf0[j]
+            row = d
+        l_own = (math.log(w_own) if w_own > 0.0 else -np.inf) + f_own
+        mx = max(l_own, l_new)
+        for k in range(K):
+            if k != a:
+                v = LW[row, k] + F[k, j]
+                if v > mx:
+                    mx = v
+        total = 0.0
+        for k in range(K):
+            v = l_own if k == a else LW[row, k] + F[k, j]
+            total += math.exp(v - mx)
+            p[k] = total
+        total += math.exp(l_new - mx)
+        p[K] = total
+        target = u[j] * total
+        pick = K
+        for k in range(K + 1):
+            if not p[k] < target:
+                pick = k
+                break
+        if pick == a or (flat and single and pick == K):
+            continue
+        if pick == K:
+            return j, HANDBACK, pick, moves
+        old, new = a, pick
+        if updates[old] >= refresh_every or updates[new] >= refresh_every or n[old] - 1.0 < 1e-9:
+            return j, HANDBACK, pick, moves
+        # rank-1 records of both changes (w = -1 on old, +1 on new), before any statistic moves
+        kap_o, kap_n = kappa0 + n[old], kappa0 + n[new]
+        a_o = 0.0
+        a_n = 0.0
+        gmu_o = 0.0
+        gmu_n = 0.0
+        g_old[:] = np.dot(prec[old], Y[j] - mu[old])
+        g_new[:] = np.dot(prec[new], Y[j] - mu[new])
+        for i in range(D):
+            a_o += (Y[j, i] - mu[old, i]) * g_old[i]
+            a_n += (Y[j, i] - mu[new, i]) * g_new[i]
+            gmu_o += g_old[i] * mu[old, i]
+            gmu_n += g_new[i] * mu[new, i]
+        s_o = -kap_o / (kap_o - 1.0)
+        s_n = kap_n / (kap_n + 1.0)
+        h_o = 1.0 + s_o * a_o
+        h_n = 1.0 + s_n * a_n
+        if h_o <= 1e-8:
+            return j, HANDBACK, pick, moves
+        sh_o, sh_n = s_o / h_o, s_n / h_n
+        r_o, r_n = -1.0 / (kap_o - 1.0), 1.0 / (kap_n + 1.0)
+        for k, w, g, sh, h in ((old, -1.0, g_old, sh_o, h_o), (new, 1.0, g_new, sh_n, h_n)):
+            n[k] += w
+            for i in range(D):
+                S1[k, i] += w * Y[j, i]
+            for i in range(D):
+                for jj in range(D):
+                    S2[k, i, jj] += w * Y[j, i] * Y[j, jj]
+                    prec[k, i, jj] -= sh * g[i] * g[jj]
+            logdet[k] += math.log(h)
+            kap_k = kappa0 + n[k]
+            for i in range(D):
+                mu[k, i] = S1[k, i] / kap_k
+            updates[k] += 1
+            stale[k] = True
+            df[k] = nu0 + n[k] - D + 1.0
+            c[k] = (kap_k + 1.0) / (kap_k * df[k])
+            ln[k] = (
+                math.lgamma(0.5 * (df[k] + D))
+                - math.lgamma(0.5 * df[k])
+                - 0.5 * D * (math.log(df[k]) + LOG_PI)
+                - 0.5 * (logdet[k] + D * math.log(c[k]))
+            )
+        ndk[d, old] -= 1
+        ndk[d, new] += 1
+        for k in (old, new):
+            for dd in range(LW.shape[0]):
+                if flat:
+                    tot = 0.0
+                    for e in range(ndk.shape[0]):
+                        tot += ndk[e, k]
+                    LW[0, k] = math.log(tot) if tot > 0 else -np.inf
+                else:
+                    v = ndk[dd, k] + alpha * beta[k]
+                    LW[dd, k] = math.log(v) if v > 0 else -np.inf
+        if j + 1 < B:
+            T_o = np.dot(Y[j + 1 :], g_old)
+            T_n = np.dot(Y[j + 1 :], g_new)
+        for r in range(j + 1, B):
+            t_o = T_o[r - j - 1] - gmu_o
+            t_n = T_n[r - j - 1] - gmu_n
+            v_o = t_o - r_o * a_o
+            v_n = t_n - r_n * a_n
+            Q[old, r] = Q[old, r] - 2.0 * r_o * t_o + r_o * r_o * a_o - sh_o * v_o * v_o
+            Q[new, r] = Q[new, r] - 2.0 * r_n * t_n + r_n * r_n * a_n - sh_n * v_n * v_n
+            F[old, r] = ln[old] - 0.5 * (df[old] + D) * math.log1p(max(Q[old, r], 0.0) / (c[old] * df[old]))
+            F[new, r] = ln[new] - 0.5 * (df[new] + D) * math.log1p(max(Q[new, r], 0.0) / (c[new] * df[new]))
+        z[j] = new
+        labels[rows[j]] = new
+        moves += 1
+    return stop, DONE, -1, moves
+
+
+def block_moves(*args):
+    """:func:`_block_moves` compiled by numba (on first call; cached on disk where the package is writable)."""
+    fn = _COMPILED.get("block_moves")
+    if fn is None:
+        import numba
+
+        fn = _COMPILED["block_moves"] = numba.njit(cache=True, nogil=True)(_block_moves)
+    return fn(*args)
