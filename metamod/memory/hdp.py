@@ -281,6 +281,8 @@ class HDPGMM:
         self._n_rows = n
         self._view_rows()
         self._store = ScanStore(scan, dim=D, dtype=self.dtype, limit_bytes=self.feature_cache_gb * 1e9)
+        # the online inserts' uniforms (birth, table): a stream of their own, so batching never changes them
+        self._online_rng = np.random.default_rng([self.seed, 1])
         self._ndk = np.zeros((self.n_domains_, 16), dtype=np.int64)
         self._mdk = np.zeros((self.n_domains_, 16), dtype=np.int64)
         self._beta = np.zeros(16)
@@ -746,6 +748,7 @@ class HDPGMM:
             "dom_count": self._dom_count,
             "logf0": self._logf0,
             "rng_state": sup.rng_state_array(self._rng),
+            "online_rng_state": sup.rng_state_array(self._online_rng),
             "params": np.frombuffer(json.dumps(self.get_params()).encode(), dtype=np.uint8),
         }
 
@@ -784,4 +787,6 @@ class HDPGMM:
         model._centroid_cache = None
         model._logf0[:] = arrays["logf0"]
         model._rng = sup.rng_from_state(arrays["rng_state"])
+        if "online_rng_state" in arrays:
+            model._online_rng = sup.rng_from_state(arrays["online_rng_state"])
         return model

@@ -7,7 +7,8 @@ identity), an inverse-CDF draw with the point's pre-drawn uniform, and for a mov
 rank-1 statistics, precision (Sherman-Morrison) and determinant updates of both components plus the O(D) update of
 the rest of the block's ``Q`` / ``F`` rows. It stops and hands the point back to the numpy path for everything
 rarer: a draw of a new component (birth or beta re-split: those use the model's random generator), a component
-emptied, a refactorisation due, or an ill-conditioned downdate. With the same uniforms both paths give the same
+emptied or an ill-conditioned downdate; before a change of a slot due for refactorisation it returns ``REFRESH``
+(the caller refactorises those slots from their statistics and re-enters at the same point). With the same uniforms both paths give the same
 chain (tested in float64); the compiled one removes the per-point interpreter overhead.
 
 Without numba :data:`AVAILABLE` is False and the sweep uses the numpy path.
@@ -23,7 +24,7 @@ import numpy as np
 AVAILABLE = importlib.util.find_spec("numba") is not None  # an optional accelerator, imported on first use
 _COMPILED: dict[str, object] = {}
 
-DONE, HANDBACK = 0, 1
+DONE, HANDBACK, REFRESH = 0, 1, 2  # REFRESH: refactorise every slot with updates >= refresh_every, re-enter
 LOG_PI = math.log(math.pi)
 
 
@@ -92,8 +93,10 @@ def _block_moves(
         if pick == K:
             return j, HANDBACK, pick, moves
         old, new = a, pick
-        if updates[old] >= refresh_every or updates[new] >= refresh_every or n[old] - 1.0 < 1e-9:
+        if n[old] - 1.0 < 1e-9:
             return j, HANDBACK, pick, moves
+        if updates[old] >= refresh_every or updates[new] >= refresh_every:
+            return j, (REFRESH if refresh_every > 0 else HANDBACK), pick, moves
         # rank-1 records of both changes (w = -1 on old, +1 on new), before any statistic moves
         kap_o, kap_n = kappa0 + n[old], kappa0 + n[new]
         a_o = 0.0
@@ -167,11 +170,125 @@ def _block_moves(
     return stop, DONE, -1, moves
 
 
+def _insert_rows(
+    Q, Xc, doms, logf0, u, start, labels, first_row, K,
+    n, S1, S2, mu, prec, logdet, updates, stale, ndk, mdk, beta, beta_u,
+    df, c, ln, alpha, gamma, flat, kappa0, nu0, refresh_every,
+    threshold, tau_new, fold_min, comp, rho, touched,
+):  # fmt: skip
+    """Online inserts of batch rows ``[start, B)`` as :meth:`metamod.memory.hdp_online._Batch.insert` does them;
+    returns ``(row, code)``: ``DONE``, ``HANDBACK`` at a birth or a row whose fold-in needs the numpy path, or
+    ``REFRESH`` before a row that changes a slot due for refactorisation."""
+    B, D = Xc.shape
+    p = np.empty(K + 1)
+    G = np.empty((K, D))
+    A = np.empty(K)
+    H = np.empty(K)
+    for i in range(start, B):
+        d = doms[i]
+        for k in range(K):
+            if flat:
+                w = 0.0
+                for e in range(ndk.shape[0]):
+                    w += ndk[e, k]
+            else:
+                w = ndk[d, k] + alpha * beta[k]
+            f = ln[k] - 0.5 * (df[k] + D) * math.log1p(max(Q[k, i], 0.0) / (c[k] * df[k]))
+            p[k] = math.log(max(w, 1e-300)) + f
+        p[K] = math.log(gamma if flat else alpha * beta_u) + logf0[i]
+        mx = p[0]
+        for k in range(1, K + 1):
+            mx = max(mx, p[k])
+        total = 0.0
+        for k in range(K + 1):
+            p[k] = math.exp(p[k] - mx)
+            total += p[k]
+        for k in range(K + 1):
+            p[k] /= total
+        rho_new = p[K]
+        if (threshold and rho_new > tau_new) or (not threshold and u[i, 0] < rho_new):
+            return i, HANDBACK
+        old_total = 0.0
+        for k in range(K):
+            old_total += p[k]
+        best, best_r = 0, -1.0
+        ok = True
+        for k in range(K):  # the rank-1 records of every fold-in, before anything moves
+            r = p[k] / old_total
+            if r > best_r:
+                best, best_r = k, r
+            if r >= fold_min:
+                kap = kappa0 + n[k]
+                G[k] = np.dot(prec[k], Xc[i] - mu[k])
+                A[k] = np.dot(Xc[i] - mu[k], G[k])
+                H[k] = 1.0 + kap * r / (kap + r) * A[k]
+                if updates[k] >= refresh_every:
+                    return i, (REFRESH if refresh_every > 0 else HANDBACK)
+                if H[k] <= 1e-8:
+                    ok = False
+        if not ok:
+            return i, HANDBACK
+        for k in range(K):
+            r = p[k] / old_total
+            if r < fold_min:
+                continue
+            kap = kappa0 + n[k]
+            s_h = kap * r / (kap + r) / H[k]
+            r_mu = r / (kap + r)
+            gmu = np.dot(G[k], mu[k])
+            n[k] += r
+            for a in range(D):
+                S1[k, a] += r * Xc[i, a]
+            for a in range(D):
+                for b in range(D):
+                    S2[k, a, b] += r * Xc[i, a] * Xc[i, b]
+                    prec[k, a, b] -= s_h * G[k, a] * G[k, b]
+            logdet[k] += math.log(H[k])
+            kap_k = kappa0 + n[k]
+            for a in range(D):
+                mu[k, a] = S1[k, a] / kap_k
+            updates[k] += 1
+            stale[k] = True
+            touched[k] = True
+            df[k] = nu0 + n[k] - D + 1.0
+            c[k] = (kap_k + 1.0) / (kap_k * df[k])
+            ln[k] = (
+                math.lgamma(0.5 * (df[k] + D))
+                - math.lgamma(0.5 * df[k])
+                - 0.5 * D * (math.log(df[k]) + LOG_PI)
+                - 0.5 * (logdet[k] + D * math.log(c[k]))
+            )
+            if i + 1 < B:
+                T = np.dot(Xc[i + 1 :], G[k])
+                for q in range(i + 1, B):
+                    t = T[q - i - 1] - gmu
+                    v = t - r_mu * A[k]
+                    Q[k, q] = Q[k, q] - 2.0 * r_mu * t + r_mu * r_mu * A[k] - s_h * v * v
+        ndk[d, best] += 1
+        labels[first_row + i] = best
+        if not flat:  # local table: a new one w.p. alpha beta_z / (alpha beta_z + n_{d,z} before this row)
+            ab, before = alpha * beta[best], ndk[d, best] - 1
+            if before == 0 or u[i, 1] < ab / (ab + before):
+                mdk[d, best] += 1
+        comp[i] = best
+        rho[i] = rho_new
+    return B, DONE
+
+
+def insert_rows_compiled(*args):
+    """:func:`_insert_rows` compiled by numba (on first call)."""
+    return _compiled("insert_rows", _insert_rows)(*args)
+
+
 def block_moves(*args):
-    """:func:`_block_moves` compiled by numba (on first call; cached on disk where the package is writable)."""
-    fn = _COMPILED.get("block_moves")
-    if fn is None:
+    """:func:`_block_moves` compiled by numba (on first call)."""
+    return _compiled("block_moves", _block_moves)(*args)
+
+
+def _compiled(name: str, fn):
+    """``fn`` compiled by numba once per process (cached on disk where the package folder is writable)."""
+    if name not in _COMPILED:
         import numba
 
-        fn = _COMPILED["block_moves"] = numba.njit(cache=True, nogil=True)(_block_moves)
-    return fn(*args)
+        _COMPILED[name] = numba.njit(cache=True, nogil=True)(fn)
+    return _COMPILED[name]

@@ -37,31 +37,64 @@ def insert_rows(model, X: np.ndarray, Xc: np.ndarray, doms: np.ndarray) -> list[
 
 
 def _insert_block(model, first_row: int, Xc: np.ndarray, doms: np.ndarray, logf0: np.ndarray) -> list[dict]:
-    comps, D, B = model.comps, model.dim_, len(Xc)
-    Q = np.vstack([comps.quad_packed(quad_features(Xc, dtype=comps.dtype)), np.zeros((16, B))])
-    df, c, ln = (np.resize(v, Q.shape[0]) for v in comps.consts())
-    results = []
-    for i in range(B):
-        K, d, xc = comps.size, int(doms[i]), Xc[i]
+    batch = _Batch(model, first_row, Xc, doms, logf0)
+    if model._use_kernel():
+        batch.compiled()
+    else:
+        for i in range(batch.size):
+            batch.insert(i)
+    model._medoid_stale.update(np.flatnonzero(batch.touched).tolist())
+    return [
+        {"component": int(k), "born": bool(b), "cause": cause, "rho_new": float(r)}
+        for k, b, cause, r in zip(batch.comp, batch.born, batch.cause, batch.rho, strict=True)
+    ]
+
+
+class _Batch:
+    """A batch of inserts: quadratic forms of its rows against every component (kept current as rows fold in),
+    two pre-drawn uniforms per row (Bernoulli birth, CRF table) and the per-row results."""
+
+    def __init__(self, model, first_row: int, Xc: np.ndarray, doms: np.ndarray, logf0: np.ndarray) -> None:
+        comps = model.comps
+        self.model, self.comps, self.first_row, self.size = model, comps, first_row, len(Xc)
+        self.Xc, self.doms, self.logf0 = np.ascontiguousarray(Xc), doms, logf0
+        Q = comps.quad_stacked(Xc) if len(Xc) > 8 else comps.quad_packed(quad_features(Xc, dtype=comps.dtype))
+        self.Q = np.vstack([Q, np.zeros((16, self.size))])
+        self.u = model._online_rng.random((self.size, 2))
+        self.comp = np.zeros(self.size, dtype=np.int64)
+        self.rho = np.zeros(self.size)
+        self.born = np.zeros(self.size, dtype=bool)
+        self.cause: list[str | None] = [None] * self.size
+        self.touched = np.zeros(self.Q.shape[0], dtype=bool)
+
+    def _grow(self) -> None:
+        extra = np.zeros((16, self.size))
+        self.Q = np.vstack([self.Q, extra])
+        self.touched = np.concatenate([self.touched, np.zeros(16, dtype=bool)])
+
+    def insert(self, i: int) -> None:
+        """Insert row ``i`` of the batch (numpy path; also every row the compiled path hands back)."""
+        model, comps, D = self.model, self.comps, self.model.dim_
+        K, d, xc = comps.size, int(self.doms[i]), self.Xc[i]
         w, w_new = model._prior_weights(d)
-        f = t_logpdf_from_q(Q[:K, i], df[:K], c[:K], ln[:K], D)
-        logits = np.append(np.log(np.maximum(w, 1e-300)) + f, np.log(w_new) + logf0[i])
+        df, c, ln = comps.consts()
+        f = t_logpdf_from_q(self.Q[:K, i], df, c, ln, D)
+        logits = np.append(np.log(np.maximum(w, 1e-300)) + f, np.log(w_new) + self.logf0[i])
         p = np.exp(logits - logits.max())
         p /= p.sum()
         rho_new = float(p[K]) if K else 1.0
         cause = None
         if model.birth == "threshold" and rho_new > model.tau_new:
             cause = "novelty"
-        elif model.birth == "sample" and model._rng.random() < rho_new:
+        elif model.birth == "sample" and self.u[i, 0] < rho_new:
             cause = "sample"
-        rest = slice(i + 1, B)
+        rest = slice(i + 1, self.size)
         if cause is not None:
             k = model._new_component()
-            if k >= Q.shape[0]:
-                Q = np.vstack([Q, np.zeros((16, B))])
-                df, c, ln = (np.resize(v, Q.shape[0]) for v in (df, c, ln))
+            if k >= self.Q.shape[0]:
+                self._grow()
             comps.add(k, xc)
-            Q[k, rest] = comps.quad_exact(Xc[rest], [k])[0]
+            self.Q[k, rest] = comps.quad_exact(self.Xc[rest], [k])[0]
             model.births_[cause] += 1
             touched = [k]
         else:
@@ -70,20 +103,40 @@ def _insert_block(model, first_row: int, Xc: np.ndarray, doms: np.ndarray, logf0
             for j in touched:
                 change = comps.add(j, xc, float(r[j]))
                 if change is not None:
-                    Q[j, rest] = change.apply(Q[j, rest], Xc[rest])
+                    self.Q[j, rest] = change.apply(self.Q[j, rest], self.Xc[rest])
                 else:
-                    Q[j, rest] = comps.quad_exact(Xc[rest], [j])[0]
+                    self.Q[j, rest] = comps.quad_exact(self.Xc[rest], [j])[0]
             k = int(np.argmax(r))
-        fresh = comps.consts(touched)
-        for arr, value in zip((df, c, ln), fresh, strict=True):
-            arr[touched] = value
-        model._medoid_stale.update(touched)
-        model._medoid_stale.add(k)
+        self.touched[touched] = True
         model._ndk[d, k] += 1
-        model._z[first_row + i] = k
+        model._z[self.first_row + i] = k
         if not model.flat:  # local table: a new one w.p. alpha beta_z / (alpha beta_z + n_{d,z} before this row)
             ab, before = model.alpha * model._beta[k], model._ndk[d, k] - 1
-            if before == 0 or model._rng.random() < ab / (ab + before):
+            if before == 0 or self.u[i, 1] < ab / (ab + before):
                 model._mdk[d, k] += 1
-        results.append({"component": k, "born": cause is not None, "cause": cause, "rho_new": rho_new})
-    return results
+        self.comp[i], self.rho[i], self.born[i], self.cause[i] = k, rho_new, cause is not None, cause
+
+    def compiled(self) -> None:
+        """All rows through :func:`metamod.memory.hdp_kernel.insert_rows_compiled`; births and the rare rows it
+        hands back go through :meth:`insert`."""
+        from metamod.memory.hdp_kernel import DONE, REFRESH, insert_rows_compiled
+
+        m, comps = self.model, self.comps
+        i = 0
+        while i < self.size:
+            consts = [np.resize(v, self.Q.shape[0]) for v in comps.consts()]
+            i, code = insert_rows_compiled(
+                self.Q, self.Xc, self.doms, self.logf0, self.u, i, m._z, self.first_row, comps.size,
+                comps.n, comps.S1, comps.S2, comps.mu, comps.prec, comps.logdet, comps.updates, comps.stale,
+                m._ndk, m._mdk, m._beta, float(m._beta_u), *consts, float(m.alpha), float(m.gamma),
+                bool(m.flat), float(m.kappa0_), float(m.nu0_), float(comps.refresh_every),
+                m.birth == "threshold", float(m.tau_new), FOLD_MIN, self.comp, self.rho, self.touched,
+            )  # fmt: skip
+            comps.version += 1  # statistics changed in place: drop cached constants
+            if code == DONE:
+                break
+            if code == REFRESH:
+                comps.refresh_due()
+                continue
+            self.insert(i)
+            i += 1

@@ -261,6 +261,11 @@ class NIWComponents:
         self.updates[k] = 0
         self.stale[k] = True
 
+    def refresh_due(self) -> None:
+        """Refactorise every slot whose incremental changes reached ``refresh_every``."""
+        for k in np.flatnonzero(self.updates[: self.size] >= self.refresh_every):
+            self.refresh(int(k))
+
     def add(self, k: int, x: np.ndarray, w: float = 1.0, *, refresh: bool = True) -> Rank1 | None:
         """Add ``x`` with weight ``w`` (negative: remove) to slot ``k``: O(D^2) statistics and precision update.
 

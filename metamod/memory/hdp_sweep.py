@@ -116,7 +116,7 @@ def sweep_block(model, start: int, stop: int, u: np.ndarray) -> tuple[int, int]:
 def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
     """The block's draws through :func:`metamod.memory.hdp_kernel.block_moves`; the points it hands back
     (new-component draws, emptied components, refactorisations) go through :meth:`_Block._apply`."""
-    from metamod.memory.hdp_kernel import DONE, block_moves
+    from metamod.memory.hdp_kernel import DONE, REFRESH, block_moves
 
     m, comps = block.model, block.comps
     moves = births = 0
@@ -133,6 +133,9 @@ def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
         moves += done
         if code == DONE:
             break
+        if code == REFRESH:
+            comps.refresh_due()
+            continue
         old = int(block.z[pos])
         births += block._apply(pos, int(pick))
         moves += int(block.z[pos] != old)
