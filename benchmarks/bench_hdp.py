@@ -23,6 +23,7 @@ from scipy.stats import multivariate_t
 from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_info, threadpool_limits
 
+from metamod.memory import hdp_kernel
 from metamod.memory.hdp import HDPGMM
 
 
@@ -108,80 +109,85 @@ def predictive_check(dim: int) -> None:
     )
 
 
-def gemm_rate(rows: int, dim: int, batch: int, threads: int, seconds: float = 0.6) -> float:
-    """Achieved GFLOP/s of a float32 (rows, dim) @ (dim, batch) product into a preallocated output."""
-    rng = np.random.default_rng(0)
-    A = rng.normal(size=(rows, dim)).astype(np.float32)
-    X = rng.normal(size=(batch, dim)).astype(np.float32)
-    out = np.empty((rows, batch), dtype=np.float32)
-    with threadpool_limits(threads):
-        np.matmul(A, X.T, out=out)
-        reps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            np.matmul(A, X.T, out=out)
-            reps += 1
-        return 2.0 * rows * dim * batch * reps / (time.perf_counter() - t0) / 1e9
-
-
-def gemm_ceiling(dim: int, threads: int) -> dict[tuple[int, int], float]:
-    """The machine's float32 GEMM rate, (8192 x D) @ (D x B) at B = 256 / 1,024 / 4,096, 1 thread and ``threads``."""
-    rates = {}
-    print(f"\n### float32 GEMM ceiling, (8192 x {dim}) @ ({dim} x B), preallocated output  [{env_line(threads)}]\n")
-    print("| B | 1 thread GFLOP/s | " + (f"{threads} threads GFLOP/s |" if threads != 1 else ""))
-    print("|---|---|" + ("---|" if threads != 1 else ""))
-    for batch in (256, 1024, 4096):
-        for th in sorted({1, threads}):
-            rates[batch, th] = gemm_rate(8192, dim, batch, th)
-        print(
-            f"| {batch:,} | {rates[batch, 1]:.1f} | " + (f"{rates[batch, threads]:.1f} |" if threads != 1 else ""),
-            flush=True,
-        )
-    return rates
-
-
-def timed_inserts(model: HDPGMM, rows: np.ndarray, doms: np.ndarray) -> tuple[float, int]:
-    """(rows / s, births) of partial_fit over ``rows``."""
+def timed_inserts(model: HDPGMM, rows: np.ndarray, doms: np.ndarray, *, batched: bool) -> tuple[float, int]:
+    """(rows / s, births) of online inserts: one ``partial_fit`` call per row, or one ``partial_fit_many``."""
     t0 = time.perf_counter()
-    births = sum(model.partial_fit(x, int(d))["born"] for x, d in zip(rows, doms, strict=True))
+    if batched:
+        births = sum(r["born"] for r in model.partial_fit_many(rows, doms))
+    else:
+        births = sum(model.partial_fit(x, int(d))["born"] for x, d in zip(rows, doms, strict=True))
     return len(rows) / (time.perf_counter() - t0), births
 
 
+def gemm_pass(model: HDPGMM) -> float:
+    """Seconds of the sweep's feature GEMMs alone: every block of cached features against every component."""
+    store, comps = model._store, model.comps
+    store.features(0, 1, model._Xc, model._Xc64)  # build the cache (as a sweep would)
+    comps.coefficients()
+    t0 = time.perf_counter()
+    for s in range(0, store.count, model.block):
+        e = min(s + model.block, store.count)
+        with model._gemm_threads(e - s):
+            comps.quad_packed(store.features(s, e, model._Xc, model._Xc64))
+    return time.perf_counter() - t0
+
+
+def share_cache(dst: HDPGMM, src: HDPGMM) -> None:
+    """Let ``dst`` (loaded from ``src``'s state, maybe with rows appended) reuse ``src``'s feature cache."""
+    a, b = dst._store, src._store
+    assert np.array_equal(a.scan[: b.count], b.scan)
+    a.phi, a.rows64, a.cached = b.phi, getattr(b, "rows64", None), b.cached
+
+
+def best_of(fn, reps: int = 5) -> float:
+    """Minimum seconds of ``reps`` calls of ``fn`` (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
 def speed(n: int, sweeps: int, dim: int, threads: int) -> HDPGMM:
-    rates = gemm_ceiling(dim, threads)
-    fit_threads = 1 if threads == 1 or rates[256, 1] >= rates[256, threads] else threads  # the faster at block 256
     X, labels, doms = synth(n, dim=dim)  # the same rows as before the held-out rows were added to the benchmark
     more, _, more_doms = synth(n + 2000, dim=dim)  # same mixture (means, scales, weights), other draws
     held, held_doms = more[n:], more_doms[n:]  # in-distribution rows for the online inserts
     del more
+    kernel = "numba" if hdp_kernel.AVAILABLE else "numpy"
     print(
-        f"\nfit with HDPGMM(threads={fit_threads}) (the faster GEMM setting at block 256 above)  [{env_line(threads)}]",
-        flush=True,
+        f"\nfit with HDPGMM(threads={threads}, kernel={kernel!r}), {sweeps} sweeps  [{env_line(threads)}]", flush=True
     )
     t0 = time.perf_counter()
-    model = HDPGMM(sweeps=sweeps, burn_in=sweeps // 2, seed=0, threads=fit_threads).fit(X, doms)
+    model = HDPGMM(sweeps=sweeps, burn_in=sweeps // 2, seed=0, threads=threads).fit(X, doms)
     fit_s = time.perf_counter() - t0
     load_fit = env_line(threads)
     hist = model.history_
     init_s = hist[0]["seconds"]
     per_sweep = [h["seconds"] for h in hist[1:]]
     K = model.n_components_
-    gemm_s = 2.0 * n * K * dim * dim / (rates[256, fit_threads] * 1e9)  # the block GEMMs alone at the measured rate
-    queries = X[:1000] + np.random.default_rng(2).normal(0, 0.3, (1000, dim))
-    model.retrieve(queries[:10])  # warm the medoid cache
-    t0 = time.perf_counter()
-    for q in queries[:200]:
-        model.retrieve(q[None])
-    single_us = (time.perf_counter() - t0) / 200 * 1e6
-    model.retrieve(queries)
-    t0 = time.perf_counter()
-    model.retrieve(queries)
-    batch_ms = (time.perf_counter() - t0) * 1e3
     state = model.state_arrays()
-    online = HDPGMM.from_state_arrays(state)
-    rate_in, births_in = timed_inserts(online, held, held_doms)
+    gemm_s = gemm_pass(model)
+    side = {}  # one more settled sweep from the same state with each kernel (the same chain: same moves)
+    for name in ("numba", "numpy") if hdp_kernel.AVAILABLE else ("numpy",):
+        copy = HDPGMM.from_state_arrays(state, kernel=name)
+        share_cache(copy, model)
+        t0 = time.perf_counter()
+        moves, _ = copy._sweep()
+        side[name] = (time.perf_counter() - t0, moves)
+    queries = X[:1000] + np.random.default_rng(2).normal(0, 0.3, (1000, dim))
+    single_us = best_of(lambda: [model.retrieve(q[None]) for q in queries[:200]]) / 200 * 1e6
+    batch_ms = best_of(lambda: model.retrieve(queries)) * 1e3
     novel_rows, _, novel_doms = synth(2000, dim=dim, seed=5)  # other cluster means: the pre-change benchmark rows
-    novel = HDPGMM.from_state_arrays(state)
-    rate_novel, births_novel = timed_inserts(novel, novel_rows, novel_doms)
+    inserts = {}
+    for label, rows, row_doms in (("the same mixture", held, held_doms), ("another mixture", novel_rows, novel_doms)):
+        for batched in (True, False):
+            online = HDPGMM.from_state_arrays(state)
+            inserts[label, batched] = timed_inserts(online, rows, row_doms, batched=batched)
+    online = HDPGMM.from_state_arrays(state)
+    online.partial_fit_many(held, held_doms)
+    share_cache(online, model)
     t0 = time.perf_counter()
     refit = online.refit()
     refit_s = time.perf_counter() - t0
@@ -189,30 +195,42 @@ def speed(n: int, sweeps: int, dim: int, threads: int) -> HDPGMM:
     print("| measure | value | target | value / target |")
     print("|---|---|---|---|")
     print(f"| fitted K / ARI | {K} / {adjusted_rand_score(labels, model.labels_):.3f} | | |")
-    print(f"| initialisation (CRP subset + batched labelling) | {init_s:.1f} s | | |")
-    print(f"| sweeps: seconds each | {', '.join(f'{s:.1f}' for s in per_sweep)} | | |")
+    print(f"| initialisation (feature cache, CRP subset + its sweeps, batched labelling) | {init_s:.1f} s | | |")
+    print(f"| sweeps: seconds each | {', '.join(f'{s:.2f}' for s in per_sweep)} | | |")
     print(f"| sweeps: moves each | {', '.join(str(h['moves']) for h in hist[1:])} | | |")
     if per_sweep:
-        print(f"| last sweep ({hist[-1]['moves']} moves) | {per_sweep[-1]:.2f} s | 1.5 s | {per_sweep[-1] / 1.5:.2f} |")
+        last = per_sweep[-1]
+        print(f"| last sweep of the fit ({hist[-1]['moves']} moves) | {last:.2f} s | 1.5 s | {last / 1.5:.2f} |")
         print(
-            f"| its block GEMMs alone at the measured rate ({rates[256, fit_threads]:.0f} GFLOP/s, K = {K}) | "
-            f"{gemm_s:.2f} s | | sweep / GEMM-only = {per_sweep[-1] / gemm_s:.1f} |"
+            f"| its feature GEMMs alone (one pass, K = {K}) | {gemm_s:.2f} s | | sweep / GEMM = {last / gemm_s:.1f} |"
         )
-        est = init_s + 100 * per_sweep[-1]
+    for name, (sec, moves) in side.items():
+        ratio = (
+            f" | numpy / numba = {side['numpy'][0] / side['numba'][0]:.2f}"
+            if name == "numpy" and len(side) > 1
+            else " |"
+        )
+        print(f"| one more sweep, kernel={name} ({moves} moves) | {sec:.2f} s | 1.5 s{ratio} |")
+    if sweeps >= 100:
+        print(f"| whole {sweeps}-sweep fit | {fit_s:.0f} s | 240 s | {fit_s / 240:.2f} |")
+    else:
+        est = init_s + 100 * per_sweep[-1] if per_sweep else float("nan")
+        print(f"| whole fit ({sweeps} sweeps) | {fit_s:.1f} s | | |")
         print(f"| 100-sweep fit, estimated (init + 100 x last sweep) | {est:.0f} s | 240 s | {est / 240:.2f} |")
-    print(f"| whole fit ({sweeps} sweeps) | {fit_s:.1f} s | | |")
-    print(f"| retrieve, one query per call (200 calls) | {single_us:.0f} us / query | 40 us | {single_us / 40:.2f} |")
-    print(f"| retrieve, batch of 1,000 | {batch_ms:.1f} ms | 15 ms | {batch_ms / 15:.2f} |")
     print(
-        f"| online partial_fit, 2,000 held-out rows of the same mixture ({births_in} births) | "
-        f"{rate_in:,.0f} rows / s | 10,000 / s | {10000 / rate_in:.1f}x short |"
+        f"| retrieve, one query per call (200 calls, best of 5) | {single_us:.0f} us / query | 40 us | {single_us / 40:.2f} |"
     )
+    print(f"| retrieve, batch of 1,000 (best of 5) | {batch_ms:.1f} ms | 15 ms | {batch_ms / 15:.2f} |")
+    for (label, batched), (rate, births) in inserts.items():
+        how = "partial_fit_many (one call)" if batched else "partial_fit (one call per row)"
+        print(
+            f"| online inserts, 2,000 rows of {label} ({births} births), {how} | {rate:,.0f} rows / s | "
+            f"10,000 / s | {rate / 10000:.2f} |"
+        )
+    print(f"| refit after the 2,000 same-mixture inserts (rebuild + sweep + merge) | {refit_s:.1f} s, {refit} | | |")
     print(
-        f"| online partial_fit, 2,000 rows of another mixture (seed 5, the pre-change rows; {births_novel} births) | "
-        f"{rate_novel:,.0f} rows / s | 10,000 / s | {10000 / rate_novel:.1f}x short |"
+        f"| peak RSS of the process so far (feature cache {model._store.nbytes() / 1e9:.1f} GB) | {peak_mb():.0f} MB | | |"
     )
-    print(f"| refit after the held-out inserts (rebuild + sweep + merge) | {refit_s:.1f} s, {refit} | | |")
-    print(f"| peak RSS of the process so far | {peak_mb():.0f} MB | | |")
     return model
 
 

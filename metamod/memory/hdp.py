@@ -35,7 +35,7 @@ psi_scale x empirical covariance``, ``nu0 = D + 2``, ``kappa0 = 0.01``. ``"stabl
   of Occam factor (~500 nats at n = 30) and everything merges into one component.
 
 Measured with benchmarks/bench_hdp.py (64 clusters in D = 128, two domains; ARI / fitted K, 20 sweeps, seed 0):
-N = 500: stable 0.571 / 26, paper 0.049 / 44; N = 2,000: 0.681 / 30 vs 0.047 / 146; N = 10,000: 0.986 / 49 vs
+N = 500: stable 0.572 / 23, paper 0.047 / 43; N = 2,000: 0.688 / 31 vs 0.048 / 143; N = 10,000: 0.980 / 48 vs
 0.000 / 1 (everything in one component); variants (nu0 = D + 2, 4D + 2, kappa0 = 0.01) and N = 130,000 in
 benchmarks/README.md ("Bayesian Cheatsheet: HDP-GMM numerics"). Single-point Gibbs moves rarely split a component
 that holds two true clusters, so at small N the fits under-split.
@@ -52,7 +52,7 @@ that holds two true clusters, so at small N the fits under-split.
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
 import time
 from contextlib import nullcontext
@@ -64,9 +64,18 @@ from metamod.memory import hdp_kernel
 from metamod.memory import hdp_stats as hs
 from metamod.memory import hdp_support as sup
 from metamod.memory.hdp_online import insert_rows
+from metamod.memory.hdp_state import from_state_arrays, state_arrays
 from metamod.memory.hdp_stats import NIWComponents, quad_features, t_logpdf_from_q
 from metamod.memory.hdp_support import as_domain, as_rows, blas_threads
-from metamod.memory.hdp_sweep import SCAN_CHUNK, ScanStore, gibbs_sweep
+from metamod.memory.hdp_sweep import (
+    SCAN_CHUNK,
+    ScanStore,
+    compact,
+    gibbs_sweep,
+    greedy_merge,
+    initialise,
+    resample_beta,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -171,32 +180,9 @@ class HDPGMM:
         self._fitted = False
 
     def get_params(self) -> dict[str, Any]:
-        """JSON-safe constructor parameters."""
+        """JSON-safe constructor parameters (every keyword of ``__init__``)."""
         return {
-            name: getattr(self, name)
-            for name in (
-                "sweeps",
-                "burn_in",
-                "seed",
-                "gamma",
-                "alpha",
-                "kappa0",
-                "nu0",
-                "psi_scale",
-                "prior",
-                "flat",
-                "tau_new",
-                "birth",
-                "merge",
-                "merge_eps",
-                "dtype",
-                "block",
-                "init_size",
-                "init_sweeps",
-                "threads",
-                "feature_cache_gb",
-                "kernel",
-            )
+            name: getattr(self, name) for name in inspect.signature(type(self).__init__).parameters if name != "self"
         }
 
     def _use_kernel(self) -> bool:
@@ -346,62 +332,7 @@ class HDPGMM:
         return self._ndk[d, :K] + self.alpha * self._beta[:K], self.alpha * self._beta_u
 
     def _initialise(self) -> None:
-        """Sequential CRP pass over the first ``init_size`` storage positions (a random subset), ``init_sweeps``
-        sweeps over them, then every other row labelled from its conditional given those components."""
-        head = min(self.init_size, len(self._X))
-        with blas_threads(1):
-            self._crp_pass(self._store.scan[:head])
-        for _ in range(self.init_sweeps if head < len(self._X) else 0):  # settle the subset first
-            gibbs_sweep(self, head)
-        self._crp_tail(head)
-        self._resample_beta()
-
-    def _crp_pass(self, head: np.ndarray) -> None:
-        """Exact sequential Chinese-restaurant pass over ``head`` (rows not yet assigned)."""
-        for i in head:
-            d, x = self._doms[i], self._Xc64[i]
-            K = self.comps.size
-            w, w_new = self._prior_weights(d)
-            logits = np.append(
-                np.log(np.maximum(w, 1e-300)) + self._component_logpdf(self._Xc[i : i + 1])[:, 0],
-                np.log(w_new) + self._logf0[i],
-            )
-            k = self._sample_logits(logits)
-            if k == K:
-                k = self._new_component()
-            self._assign(i, k, x)
-
-    def _crp_tail(self, head: int) -> None:
-        """Label storage positions ``[head, n)`` at once from their conditionals given the head's components."""
-        scan = self._store.scan
-        if head < len(scan):
-            logits = self._batch_logits(head, len(scan))
-            p = np.exp(logits - logits.max(axis=0))
-            p /= p.sum(axis=0)
-            pick = (p.cumsum(axis=0) < self._rng.random(len(scan) - head)).sum(axis=0)
-            # a "new component" draw cannot be honoured in a batched pass: it joins its best existing component
-            pick = np.where(pick >= self.comps.size, logits[:-1].argmax(axis=0), pick)
-            self._rebuild(np.concatenate([self._z[scan[:head]], pick]), scan)
-
-    def _batch_logits(self, start: int, stop: int) -> np.ndarray:
-        """(K + 1, stop - start) prior-weighted log densities of storage positions ``[start, stop)``."""
-        K = self.comps.size
-        out = np.empty((K + 1, stop - start))
-        for s in range(start, stop, SCAN_CHUNK):
-            e = min(s + SCAN_CHUNK, stop)
-            r = self._store.scan[s:e]
-            if self.flat:
-                w = np.broadcast_to(self._ndk[:, :K].sum(axis=0)[:, None], (K, len(r))).astype(np.float64)
-            else:
-                w = (self._ndk[self._doms[r], :K] + self.alpha * self._beta[:K]).T
-            w_new = self.gamma if self.flat else self.alpha * self._beta_u
-            with self._gemm_threads(len(r)):
-                q = self.comps.quad_packed(self._store.features(s, e, self._Xc, self._Xc64))
-            df, c, ln = self.comps.consts()
-            f = t_logpdf_from_q(q, df[:, None], c[:, None], ln[:, None], self.dim_)
-            out[:K, s - start : e - start] = np.log(np.maximum(w, 1e-300)) + f
-            out[K, s - start : e - start] = np.log(w_new) + self._logf0[r]
-        return out
+        initialise(self)
 
     def _assign(self, i: int, k: int, x: np.ndarray):
         change = self.comps.add(k, x)
@@ -450,35 +381,14 @@ class HDPGMM:
         self._resample_beta()
         return moves, births
 
+    def _merge(self) -> int:
+        return greedy_merge(self)
+
     def _resample_beta(self) -> int:
-        """Compact empty slots, then draw tables (Antoniak) and global weights. Returns the slots removed."""
-        removed = self._compact()
-        K = self.comps.size
-        if not self.flat and K:
-            self._mdk[:, :K] = sup.antoniak_tables(self._ndk[:, :K], self.alpha * self._beta[:K], self._rng)
-            draw = self._rng.dirichlet(np.append(np.maximum(self._mdk[:, :K].sum(axis=0), 1e-3), self.gamma))
-            self._beta[:K], self._beta_u = draw[:K], draw[K]
-        return removed
+        return resample_beta(self)
 
     def _compact(self) -> int:
-        """Drop empty slots (order of the others kept, labels remapped); returns how many were dropped."""
-        K = self.comps.size
-        alive = np.flatnonzero(self.comps.n[:K] > 1e-9)
-        removed = K - len(alive)
-        if removed:
-            remap = np.full(K, -1, dtype=np.int64)
-            remap[alive] = np.arange(len(alive))
-            self.comps.keep(alive)
-            self._ndk[:, : len(alive)] = self._ndk[:, alive]
-            self._mdk[:, : len(alive)] = self._mdk[:, alive]
-            self._beta[: len(alive)] = self._beta[alive]
-            self._ids[: len(alive)] = self._ids[alive]
-            for arr in (self._ndk, self._mdk):
-                arr[:, len(alive) :] = 0
-            self._beta[len(alive) :] = 0.0
-            self._z[:] = np.where(self._z >= 0, remap[np.maximum(self._z, 0)], -1)
-        self._medoid_dirty = True
-        return removed
+        return compact(self)
 
     def log_marginal(self) -> float:
         """Log marginal likelihood of the data given the current partition (sum over components)."""
@@ -688,105 +598,12 @@ class HDPGMM:
         self.merges_ += merges
         return {"births": births, "merges": merges, "removed": removed}
 
-    def _merge(self) -> int:
-        """Greedy merges of the closest pair while its symmetric KL (0.5 (KL01 + KL10)) < merge_eps."""
-        merges = 0
-        while self.comps.size > 1:
-            kl = hs.gaussian_sym_kl(*hs.posterior_gaussians(self.comps, self.nu0_))
-            np.fill_diagonal(kl, np.inf)
-            i, j = np.unravel_index(np.argmin(kl), kl.shape)
-            if not kl[i, j] < self.merge_eps:
-                break
-            keep, drop = (i, j) if self.comps.n[i] >= self.comps.n[j] else (j, i)
-            c = self.comps
-            c.n[keep] += c.n[drop]
-            c.S1[keep] += c.S1[drop]
-            c.S2[keep] += c.S2[drop]
-            c.n[drop] = c.S1[drop] = c.S2[drop] = 0.0
-            c.refresh(keep)
-            self._ndk[:, keep] += self._ndk[:, drop]
-            self._ndk[:, drop] = 0
-            self._mdk[:, keep] += self._mdk[:, drop]
-            self._beta[keep] += self._beta[drop]
-            self._beta[drop] = 0.0
-            self._z[self._z == drop] = keep
-            self._compact()
-            merges += 1
-        return merges
-
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Everything needed to continue identically (statistics, counts, rows, RNG state)."""
+        """Everything needed to continue identically (statistics, counts, rows, RNG states)."""
         self._check_fitted()
-        K = self.comps.size
-        return {name: np.array(value) for name, value in self._state_views(K).items()}
-
-    def _state_views(self, K: int) -> dict[str, np.ndarray]:
-        return {
-            "X": self._X,
-            "domains": self._doms,
-            "labels": self._z,
-            "component_ids": self._ids[:K],
-            "next_id": np.array(self._next_id),
-            "n": self.comps.n[:K],
-            "S1": self.comps.S1[:K],
-            "S2": self.comps.S2[:K],
-            "n_dk": self._ndk[:, :K],
-            "m_dk": self._mdk[:, :K],
-            "beta": self._beta[:K],
-            "beta_u": np.array(self._beta_u),
-            "mu0": self.mu0_,
-            "psi0": self.psi0_,
-            "nu0": np.array(self.nu0_),
-            "kappa0": np.array(self.kappa0_),
-            "prec": self.comps.prec[:K],
-            "logdet": self.comps.logdet[:K],
-            "scan": self._store.scan,
-            "updates": self.comps.updates[:K],
-            "births": np.array([self.births_[c] for c in ("novelty", "sample", "refit")]),
-            "merges": np.array(self.merges_),
-            "dom_sum": self._dom_sum,
-            "dom_count": self._dom_count,
-            "logf0": self._logf0,
-            "rng_state": sup.rng_state_array(self._rng),
-            "online_rng_state": sup.rng_state_array(self._online_rng),
-            "params": np.frombuffer(json.dumps(self.get_params()).encode(), dtype=np.uint8),
-        }
+        return state_arrays(self)
 
     @classmethod
     def from_state_arrays(cls, arrays: dict[str, np.ndarray], **params: Any) -> HDPGMM:
         """Rebuild a model from :meth:`state_arrays` (``params`` override the saved constructor parameters)."""
-        saved = json.loads(bytes(np.asarray(arrays["params"], dtype=np.uint8)).decode())
-        model = cls(**{**saved, **params})
-        X = np.asarray(arrays["X"], dtype=np.float64)
-        model.dim_, model.n_domains_ = X.shape[1], len(arrays["dom_count"])
-        model.mu0_ = np.asarray(arrays["mu0"], dtype=np.float64)
-        model._rng = np.random.default_rng(0)
-        model._setup(
-            X,
-            np.asarray(arrays["domains"], dtype=np.int64),
-            float(arrays["kappa0"]),
-            float(arrays["nu0"]),
-            np.asarray(arrays["psi0"]),
-            scan=np.asarray(arrays["scan"]) if "scan" in arrays else np.arange(len(X)),
-        )
-        K = len(arrays["n"])
-        model.comps.set_stats(np.asarray(arrays["n"]), np.asarray(arrays["S1"]), np.asarray(arrays["S2"]))
-        if "prec" in arrays:  # the saved (incrementally updated) precisions; without them: fresh ones
-            model.comps.prec[:K], model.comps.logdet[:K] = arrays["prec"], arrays["logdet"]
-            model.comps.updates[:K] = arrays["updates"]
-            model.comps.stale[:K] = True
-            model.comps.version += 1  # log-determinants replaced: drop the cached Student-t constants
-        model._grow(K)
-        model._z[:] = np.asarray(arrays["labels"], dtype=np.int64)
-        model._ids[:K], model._next_id = arrays["component_ids"], int(arrays["next_id"])
-        model._ndk[:, :K], model._mdk[:, :K] = arrays["n_dk"], arrays["m_dk"]
-        model._beta[:K], model._beta_u = arrays["beta"], float(arrays["beta_u"])
-        model.births_ = dict(zip(("novelty", "sample", "refit"), (int(v) for v in arrays["births"]), strict=True))
-        model.merges_ = int(arrays["merges"])
-        model._dom_sum, model._dom_count = np.array(arrays["dom_sum"]), np.array(arrays["dom_count"])
-        model._centroid_cache = None
-        model._logf0[:] = arrays["logf0"]
-        model._rng = sup.rng_from_state(arrays["rng_state"])
-        if "online_rng_state" in arrays:
-            model._online_rng = sup.rng_from_state(arrays["online_rng_state"])
-        return model
+        return from_state_arrays(cls, arrays, **params)

@@ -22,8 +22,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from metamod.memory.hdp_stats import loo_quadratic, n_features, quad_features, student_t_consts, t_logpdf_from_q
-from metamod.memory.hdp_support import blas_threads
+from metamod.memory.hdp_stats import (
+    gaussian_sym_kl,
+    loo_quadratic,
+    n_features,
+    posterior_gaussians,
+    quad_features,
+    student_t_consts,
+    t_logpdf_from_q,
+)
+from metamod.memory.hdp_support import antoniak_tables, blas_threads
 
 SCAN_CHUNK = 1024  # storage positions per scan chunk (the largest allowed ``block``)
 EVENT_BLOCK = 128  # points redrawn together after a state change
@@ -291,3 +299,126 @@ class _Block:
         ks = [k for k, _ in changes]
         df, c, ln = self.comps.consts(ks)
         self.F[ks, rest] = t_logpdf_from_q(self.Q[ks, rest], df[:, None], c[:, None], ln[:, None], self.model.dim_)
+
+
+# ---------------------------------------------------------------- initialisation (before the first sweep)
+def initialise(model) -> None:
+    """Sequential CRP pass over the first ``init_size`` storage positions (a random subset), ``init_sweeps``
+    sweeps over them, then every other row labelled from its conditional given those components."""
+    head = min(model.init_size, len(model._X))
+    with blas_threads(1):
+        _crp_pass(model, model._store.scan[:head])
+    for _ in range(model.init_sweeps if head < len(model._X) else 0):  # settle the subset first
+        gibbs_sweep(model, head)
+    _crp_tail(model, head)
+    model._resample_beta()
+
+
+def _crp_pass(model, head: np.ndarray) -> None:
+    """Exact sequential Chinese-restaurant pass over ``head`` (rows not yet assigned)."""
+    for i in head:
+        d, x = model._doms[i], model._Xc64[i]
+        K = model.comps.size
+        w, w_new = model._prior_weights(d)
+        logits = np.append(
+            np.log(np.maximum(w, 1e-300)) + model._component_logpdf(model._Xc[i : i + 1])[:, 0],
+            np.log(w_new) + model._logf0[i],
+        )
+        k = model._sample_logits(logits)
+        if k == K:
+            k = model._new_component()
+        model._assign(i, k, x)
+
+
+def _crp_tail(model, head: int) -> None:
+    """Label storage positions ``[head, n)`` at once from their conditionals given the head's components."""
+    scan = model._store.scan
+    if head < len(scan):
+        logits = _batch_logits(model, head, len(scan))
+        p = np.exp(logits - logits.max(axis=0))
+        p /= p.sum(axis=0)
+        pick = (p.cumsum(axis=0) < model._rng.random(len(scan) - head)).sum(axis=0)
+        # a "new component" draw cannot be honoured in a batched pass: it joins its best existing component
+        pick = np.where(pick >= model.comps.size, logits[:-1].argmax(axis=0), pick)
+        model._rebuild(np.concatenate([model._z[scan[:head]], pick]), scan)
+
+
+def _batch_logits(model, start: int, stop: int) -> np.ndarray:
+    """(K + 1, stop - start) prior-weighted log densities of storage positions ``[start, stop)``."""
+    K = model.comps.size
+    out = np.empty((K + 1, stop - start))
+    for s in range(start, stop, SCAN_CHUNK):
+        e = min(s + SCAN_CHUNK, stop)
+        r = model._store.scan[s:e]
+        if model.flat:
+            w = np.broadcast_to(model._ndk[:, :K].sum(axis=0)[:, None], (K, len(r))).astype(np.float64)
+        else:
+            w = (model._ndk[model._doms[r], :K] + model.alpha * model._beta[:K]).T
+        w_new = model.gamma if model.flat else model.alpha * model._beta_u
+        with model._gemm_threads(len(r)):
+            q = model.comps.quad_packed(model._store.features(s, e, model._Xc, model._Xc64))
+        df, c, ln = model.comps.consts()
+        f = t_logpdf_from_q(q, df[:, None], c[:, None], ln[:, None], model.dim_)
+        out[:K, s - start : e - start] = np.log(np.maximum(w, 1e-300)) + f
+        out[K, s - start : e - start] = np.log(w_new) + model._logf0[r]
+    return out
+
+
+# ---------------------------------------------------------------- after a sweep: slots, global weights, merges
+def resample_beta(model) -> int:
+    """Compact empty slots, then draw tables (Antoniak) and global weights. Returns the slots removed."""
+    removed = compact(model)
+    K = model.comps.size
+    if not model.flat and K:
+        model._mdk[:, :K] = antoniak_tables(model._ndk[:, :K], model.alpha * model._beta[:K], model._rng)
+        draw = model._rng.dirichlet(np.append(np.maximum(model._mdk[:, :K].sum(axis=0), 1e-3), model.gamma))
+        model._beta[:K], model._beta_u = draw[:K], draw[K]
+    return removed
+
+
+def compact(model) -> int:
+    """Drop empty slots (order of the others kept, labels remapped); returns how many were dropped."""
+    K = model.comps.size
+    alive = np.flatnonzero(model.comps.n[:K] > 1e-9)
+    removed = K - len(alive)
+    if removed:
+        remap = np.full(K, -1, dtype=np.int64)
+        remap[alive] = np.arange(len(alive))
+        model.comps.keep(alive)
+        model._ndk[:, : len(alive)] = model._ndk[:, alive]
+        model._mdk[:, : len(alive)] = model._mdk[:, alive]
+        model._beta[: len(alive)] = model._beta[alive]
+        model._ids[: len(alive)] = model._ids[alive]
+        for arr in (model._ndk, model._mdk):
+            arr[:, len(alive) :] = 0
+        model._beta[len(alive) :] = 0.0
+        model._z[:] = np.where(model._z >= 0, remap[np.maximum(model._z, 0)], -1)
+    model._medoid_dirty = True
+    return removed
+
+
+def greedy_merge(model) -> int:
+    """Greedy merges of the closest pair while its symmetric KL (0.5 (KL01 + KL10)) < merge_eps."""
+    merges = 0
+    while model.comps.size > 1:
+        kl = gaussian_sym_kl(*posterior_gaussians(model.comps, model.nu0_))
+        np.fill_diagonal(kl, np.inf)
+        i, j = np.unravel_index(np.argmin(kl), kl.shape)
+        if not kl[i, j] < model.merge_eps:
+            break
+        keep, drop = (i, j) if model.comps.n[i] >= model.comps.n[j] else (j, i)
+        c = model.comps
+        c.n[keep] += c.n[drop]
+        c.S1[keep] += c.S1[drop]
+        c.S2[keep] += c.S2[drop]
+        c.n[drop] = c.S1[drop] = c.S2[drop] = 0.0
+        c.refresh(keep)
+        model._ndk[:, keep] += model._ndk[:, drop]
+        model._ndk[:, drop] = 0
+        model._mdk[:, keep] += model._mdk[:, drop]
+        model._beta[keep] += model._beta[drop]
+        model._beta[drop] = 0.0
+        model._z[model._z == drop] = keep
+        compact(model)
+        merges += 1
+    return merges
