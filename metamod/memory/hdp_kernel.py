@@ -28,6 +28,19 @@ DONE, HANDBACK, REFRESH = 0, 1, 2  # REFRESH: refactorise every slot with update
 LOG_PI = math.log(math.pi)
 
 
+def _t_consts(kappa, nu, logdet_psi, D):
+    """Student-t ``(df, c, log_norm)`` of one component (as :func:`metamod.memory.hdp_stats.student_t_consts`)."""
+    df = nu - D + 1.0
+    c = (kappa + 1.0) / (kappa * df)
+    ln = (
+        math.lgamma(0.5 * (df + D))
+        - math.lgamma(0.5 * df)
+        - 0.5 * D * (math.log(df) + LOG_PI)
+        - 0.5 * (logdet_psi + D * math.log(c))
+    )
+    return df, c, ln
+
+
 def _block_moves(
     Q, F, LW, Y, z, doms, logf0, u, rows, labels, start, stop, K,
     n, S1, S2, mu, prec, logdet, updates, stale, ndk, beta, beta_u,
@@ -48,15 +61,7 @@ def _block_moves(
         s_loo = kap / (kap - 1.0)
         one_minus = max(1.0 - s_loo * Q[a, j], 1e-300)
         q_loo = s_loo * s_loo * Q[a, j] / one_minus
-        kap_m = kap - 1.0
-        df_m = nu0 + na - 1.0 - D + 1.0
-        c_m = (kap_m + 1.0) / (kap_m * df_m)
-        ln_m = (
-            math.lgamma(0.5 * (df_m + D))
-            - math.lgamma(0.5 * df_m)
-            - 0.5 * D * (math.log(df_m) + LOG_PI)
-            - 0.5 * (logdet[a] + math.log(one_minus) + D * math.log(c_m))
-        )
+        df_m, c_m, ln_m = _t_consts(kap - 1.0, nu0 + na - 1.0, logdet[a] + math.log(one_minus), D)
         f_own = ln_m - 0.5 * (df_m + D) * math.log1p(max(q_loo, 0.0) / (c_m * df_m))
         if flat:
             w_own = -1.0
@@ -132,14 +137,7 @@ def _block_moves(
                 mu[k, i] = S1[k, i] / kap_k
             updates[k] += 1
             stale[k] = True
-            df[k] = nu0 + n[k] - D + 1.0
-            c[k] = (kap_k + 1.0) / (kap_k * df[k])
-            ln[k] = (
-                math.lgamma(0.5 * (df[k] + D))
-                - math.lgamma(0.5 * df[k])
-                - 0.5 * D * (math.log(df[k]) + LOG_PI)
-                - 0.5 * (logdet[k] + D * math.log(c[k]))
-            )
+            df[k], c[k], ln[k] = _t_consts(kap_k, nu0 + n[k], logdet[k], D)
         ndk[d, old] -= 1
         ndk[d, new] += 1
         for k in (old, new):
@@ -250,14 +248,7 @@ def _insert_rows(
             updates[k] += 1
             stale[k] = True
             touched[k] = True
-            df[k] = nu0 + n[k] - D + 1.0
-            c[k] = (kap_k + 1.0) / (kap_k * df[k])
-            ln[k] = (
-                math.lgamma(0.5 * (df[k] + D))
-                - math.lgamma(0.5 * df[k])
-                - 0.5 * D * (math.log(df[k]) + LOG_PI)
-                - 0.5 * (logdet[k] + D * math.log(c[k]))
-            )
+            df[k], c[k], ln[k] = _t_consts(kap_k, nu0 + n[k], logdet[k], D)
             if i + 1 < B:
                 T = np.dot(Xc[i + 1 :], G[k])
                 for q in range(i + 1, B):
@@ -286,9 +277,13 @@ def block_moves(*args):
 
 
 def _compiled(name: str, fn):
-    """``fn`` compiled by numba once per process (cached on disk where the package folder is writable)."""
+    """``fn`` compiled by numba once per process (cached on disk where the package folder is writable); the
+    helpers it calls are compiled first (numba resolves them as globals)."""
     if name not in _COMPILED:
         import numba
 
+        global _t_consts
+        if "_t_consts" not in _COMPILED:
+            _t_consts = _COMPILED["_t_consts"] = numba.njit(cache=True, nogil=True)(_t_consts)
         _COMPILED[name] = numba.njit(cache=True, nogil=True)(fn)
     return _COMPILED[name]
