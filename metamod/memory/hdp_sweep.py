@@ -15,7 +15,9 @@ so the quadratic forms of the rest of the block against them are updated in O(D)
 The own component enters through the O(1) leave-one-out identity
 (:func:`~metamod.memory.hdp_stats.loo_quadratic`); points whose leave-one-out term is ill-conditioned in the GEMM
 ``dtype`` (a point that carries most of a small component) get their own quadratic form recomputed in float64.
-The result is the sequential Gibbs sweep in that scan order (tested equal to ``block=1``).
+The result is the sequential Gibbs sweep in that scan order (tested equal to ``block=1``). With numba installed
+the draws and moves of a block run in one compiled loop instead (:mod:`metamod.memory.hdp_kernel`; the same chain,
+tested), which hands births, beta re-splits and emptied components back to :meth:`_Block._apply`.
 """
 
 from __future__ import annotations
