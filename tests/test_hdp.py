@@ -194,6 +194,33 @@ def test_compiled_kernel_gives_the_numpy_chain():
         HDPGMM(kernel="cuda")
 
 
+def test_uncached_features_give_the_same_chain():
+    X, _, doms, _ = blobs(n=260, spread=2.5, seed=4)
+    kw = dict(sweeps=4, burn_in=0, seed=2, dtype="float64", init_size=50, block=100)
+    cached = HDPGMM(**kw).fit(X, doms)
+    uncached = HDPGMM(feature_cache_gb=0.0, **kw).fit(X, doms)  # features built per block, rows gathered
+    assert cached._store.cached == len(X) and uncached._store.cached == 0
+    np.testing.assert_array_equal(cached.labels_, uncached.labels_)
+    with pytest.raises(ValueError, match="feature_cache_gb"):
+        HDPGMM(feature_cache_gb=-1)
+
+
+def test_state_saved_before_the_precision_form_still_loads(fitted):
+    model, X, *_ = fitted
+    arrays = model.state_arrays()
+    K = model.n_components_
+    old = {k: v for k, v in arrays.items() if k not in ("prec", "scan", "online_rng_state")}
+    old["winv"] = np.stack([np.linalg.inv(np.linalg.cholesky(model.comps.psi(k))) for k in range(K)])
+    loaded = HDPGMM.from_state_arrays(old)
+    np.testing.assert_allclose(loaded.comps.prec[:K], model.comps.prec[:K], rtol=1e-8, atol=1e-12)
+    np.testing.assert_array_equal(loaded._store.scan, np.arange(len(X)))
+    assert [[k for k, _, _ in hit] for hit in loaded.retrieve(X[:10])] == [
+        [k for k, _, _ in hit] for hit in model.retrieve(X[:10])
+    ]
+    loaded.partial_fit(X[0], 0)
+    loaded.refit()
+
+
 def test_reproducible_by_seed_and_seeds_differ():
     X, _, doms, _ = blobs(n=200, spread=2.0, seed=9)
     a = HDPGMM(sweeps=5, burn_in=0, seed=11).fit(X, doms)
