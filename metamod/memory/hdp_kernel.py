@@ -41,6 +41,24 @@ def _t_consts(kappa, nu, logdet_psi, D):
     return df, c, ln
 
 
+def _rank1_apply(k, w, x, g, s_h, h, kappa0, n, S1, S2, mu, prec, logdet, updates, stale):
+    """Add ``x`` with weight ``w`` to slot ``k``: statistics, ``P -= s_h g g^T``, ``log det += log h``, mean."""
+    D = x.shape[0]
+    n[k] += w
+    for a in range(D):
+        S1[k, a] += w * x[a]
+    for a in range(D):
+        for b in range(D):
+            S2[k, a, b] += w * x[a] * x[b]
+            prec[k, a, b] -= s_h * g[a] * g[b]
+    logdet[k] += math.log(h)
+    kap_k = kappa0 + n[k]
+    for a in range(D):
+        mu[k, a] = S1[k, a] / kap_k
+    updates[k] += 1
+    stale[k] = True
+
+
 def _block_moves(
     Q, F, LW, Y, z, doms, logf0, u, rows, labels, start, stop, K,
     n, S1, S2, mu, prec, logdet, updates, stale, ndk, beta, beta_u,
@@ -124,19 +142,8 @@ def _block_moves(
         sh_o, sh_n = s_o / h_o, s_n / h_n
         r_o, r_n = -1.0 / (kap_o - 1.0), 1.0 / (kap_n + 1.0)
         for k, w, g, sh, h in ((old, -1.0, g_old, sh_o, h_o), (new, 1.0, g_new, sh_n, h_n)):
-            n[k] += w
-            for i in range(D):
-                S1[k, i] += w * Y[j, i]
-            for i in range(D):
-                for jj in range(D):
-                    S2[k, i, jj] += w * Y[j, i] * Y[j, jj]
-                    prec[k, i, jj] -= sh * g[i] * g[jj]
-            logdet[k] += math.log(h)
+            _rank1_apply(k, w, Y[j], g, sh, h, kappa0, n, S1, S2, mu, prec, logdet, updates, stale)
             kap_k = kappa0 + n[k]
-            for i in range(D):
-                mu[k, i] = S1[k, i] / kap_k
-            updates[k] += 1
-            stale[k] = True
             df[k], c[k], ln[k] = _t_consts(kap_k, nu0 + n[k], logdet[k], D)
         ndk[d, old] -= 1
         ndk[d, new] += 1
@@ -234,19 +241,8 @@ def _insert_rows(
             s_h = kap * r / (kap + r) / H[k]
             r_mu = r / (kap + r)
             gmu = np.dot(G[k], mu[k])
-            n[k] += r
-            for a in range(D):
-                S1[k, a] += r * Xc[i, a]
-            for a in range(D):
-                for b in range(D):
-                    S2[k, a, b] += r * Xc[i, a] * Xc[i, b]
-                    prec[k, a, b] -= s_h * G[k, a] * G[k, b]
-            logdet[k] += math.log(H[k])
+            _rank1_apply(k, r, Xc[i], G[k], s_h, H[k], kappa0, n, S1, S2, mu, prec, logdet, updates, stale)
             kap_k = kappa0 + n[k]
-            for a in range(D):
-                mu[k, a] = S1[k, a] / kap_k
-            updates[k] += 1
-            stale[k] = True
             touched[k] = True
             df[k], c[k], ln[k] = _t_consts(kap_k, nu0 + n[k], logdet[k], D)
             if i + 1 < B:
@@ -282,8 +278,9 @@ def _compiled(name: str, fn):
     if name not in _COMPILED:
         import numba
 
-        global _t_consts
+        global _t_consts, _rank1_apply
         if "_t_consts" not in _COMPILED:
             _t_consts = _COMPILED["_t_consts"] = numba.njit(cache=True, nogil=True)(_t_consts)
+            _rank1_apply = _COMPILED["_rank1_apply"] = numba.njit(cache=True, nogil=True)(_rank1_apply)
         _COMPILED[name] = numba.njit(cache=True, nogil=True)(fn)
     return _COMPILED[name]
