@@ -136,7 +136,7 @@ def share_cache(dst: HDPGMM, src: HDPGMM) -> None:
     """Let ``dst`` (loaded from ``src``'s state, maybe with rows appended) reuse ``src``'s feature cache."""
     a, b = dst._store, src._store
     assert np.array_equal(a.scan[: b.count], b.scan)
-    a.phi, a.rows64, a.cached = b.phi, getattr(b, "rows64", None), b.cached
+    a.phi, a.rows64, a.cached = b.phi, b.rows64, b.cached
 
 
 def best_of(fn, reps: int = 5) -> float:

@@ -70,7 +70,6 @@ from metamod.memory.hdp_support import as_domain, as_rows, blas_threads
 from metamod.memory.hdp_sweep import (
     SCAN_CHUNK,
     ScanStore,
-    compact,
     gibbs_sweep,
     greedy_merge,
     initialise,
@@ -302,8 +301,7 @@ class HDPGMM:
             self._rows[name][first : first + n] = value
         self._n_rows += n
         self._view_rows()
-        for row in range(first, first + n):
-            self._store.append(row)
+        self._store.extend(np.arange(first, first + n))
         return first
 
     def _grow(self, k: int) -> None:
@@ -378,17 +376,8 @@ class HDPGMM:
         """One exact collapsed Gibbs sweep (:mod:`metamod.memory.hdp_sweep`); returns (moves, births).
         Compacts empty slots and redraws the global weights."""
         moves, births = gibbs_sweep(self)
-        self._resample_beta()
+        resample_beta(self)
         return moves, births
-
-    def _merge(self) -> int:
-        return greedy_merge(self)
-
-    def _resample_beta(self) -> int:
-        return resample_beta(self)
-
-    def _compact(self) -> int:
-        return compact(self)
 
     def log_marginal(self) -> float:
         """Log marginal likelihood of the data given the current partition (sum over components)."""
@@ -594,7 +583,7 @@ class HDPGMM:
         _, births = self._sweep()
         removed = len(before - set(self.component_ids_.tolist()))
         self.births_["refit"] += births
-        merges = self._merge() if self.merge else 0
+        merges = greedy_merge(self) if self.merge else 0
         self.merges_ += merges
         return {"births": births, "merges": merges, "removed": removed}
 

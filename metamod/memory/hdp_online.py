@@ -4,8 +4,8 @@ Each new row, in order: its responsibilities ``r_k ∝ pi_{d,k} p_k(x)`` over th
 new-component posterior ``rho_new ∝ alpha beta_u f_0(x)`` (flat: ``gamma f_0``); a birth when ``rho_new >
 tau_new`` (``birth="threshold"``) or with probability ``rho_new`` (``birth="sample"``), otherwise the row is
 folded softly into every component with ``r_k >= 1e-6`` (weighted statistics) and hard-assigned to the most
-responsible one (counts, CRF table). Rows are processed in batches of :data:`INSERT_BLOCK`: one GEMM of quadratic
-features gives every row's quadratic forms against every component, and each soft update is a rank-1 change
+responsible one (counts, CRF table). Rows are processed in batches of :data:`INSERT_BLOCK`: one GEMM (stacked
+precisions) gives every row's quadratic forms against every component, and each soft update is a rank-1 change
 whose effect on the batch's later rows is applied in O(D) per row
 (:class:`~metamod.memory.hdp_stats.Rank1`) — the same sequential result as one row at a time.
 """

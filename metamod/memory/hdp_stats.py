@@ -98,7 +98,7 @@ class Rank1(NamedTuple):
     a: float
     s_h: float
 
-    def apply(self, q: np.ndarray, Y: np.ndarray, t: np.ndarray | None = None) -> np.ndarray:
+    def apply(self, q: np.ndarray, Y: np.ndarray | None, t: np.ndarray | None = None) -> np.ndarray:
         """Updated quadratic forms of the rows ``Y`` (centred, float64) from their forms ``q`` before the change
         (``t``: ``Y @ g`` when already computed)."""
         t = (Y @ self.g if t is None else t) - self.g_mu

@@ -52,17 +52,20 @@ class ScanStore:
         self.count = len(self._scan)
         self.dim, self.dtype, self.limit_bytes = dim, np.dtype(dtype), float(limit_bytes)
         self.phi: np.ndarray | None = None
+        self.rows64: np.ndarray | None = None  # float64 centred rows in storage order, built with the cache
         self.cached = 0
 
     @property
     def scan(self) -> np.ndarray:
         return self._scan[: self.count]
 
-    def append(self, row: int) -> None:
-        if self.count == len(self._scan):
-            self._scan = np.concatenate([self._scan, np.empty(max(16, self.count), dtype=np.int64)])
-        self._scan[self.count] = row
-        self.count += 1
+    def extend(self, rows: np.ndarray) -> None:
+        """Append rows (new storage positions at the end; amortised growth)."""
+        need = self.count + len(rows)
+        if need > len(self._scan):
+            self._scan = np.concatenate([self._scan[: self.count], np.empty(max(16, need), dtype=np.int64)])
+        self._scan[self.count : need] = rows
+        self.count = need
 
     def nbytes(self) -> int:
         return 0 if self.phi is None else self.phi.nbytes
@@ -313,7 +316,7 @@ def initialise(model) -> None:
     for _ in range(model.init_sweeps if head < len(model._X) else 0):  # settle the subset first
         gibbs_sweep(model, head)
     _crp_tail(model, head)
-    model._resample_beta()
+    resample_beta(model)
 
 
 def _crp_pass(model, head: np.ndarray) -> None:
