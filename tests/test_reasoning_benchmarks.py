@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from metamod.errors import InputError
-from metamod.tasks import TASKS, load_task, task_options
+from metamod.tasks import TASKS, load_task, physreason, task_options
 from metamod.tasks import reasoning_benchmarks as rb
 from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent
@@ -265,7 +265,7 @@ def test_physreason_hub_fetches_the_variant_zip(tmp_path, monkeypatch):
         fetched.append((repo_id, filename))
         return Path(archive)
 
-    monkeypatch.setattr(rb, "_hub_file", fake_fetch)
+    monkeypatch.setattr(physreason, "_hub_file", fake_fetch)
     task = load_task("physreason")
     assert fetched == []
     assert len(list(task.examples())) == 5

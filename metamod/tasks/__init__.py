@@ -45,12 +45,12 @@ from metamod.tasks.code_tasks import (
 )
 from metamod.tasks.config import TaskConfig
 from metamod.tasks.game24 import Game24Task
+from metamod.tasks.physreason import PhysReasonTask
 from metamod.tasks.reasoning_benchmarks import (
     AIME25Task,
     CamelPhysicsTask,
     NuminaMathTask,
     OmniMathTask,
-    PhysReasonTask,
 )
 from metamod.tasks.synthetic_code import SyntheticCodeTask
 from metamod.tasks.theoremqa import TheoremQATask
