@@ -9,6 +9,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from metamod.memory import hdp_kernel
 from metamod.memory.hdp import HDPGMM
+from metamod.memory.hdp_query import rank_logits
 from metamod.memory.hdp_stats import NIWComponents, Rank1, gaussian_sym_kl, loo_quadratic, quad_features
 
 
@@ -401,6 +402,53 @@ def test_batched_retrieval_equals_per_query_retrieval(fitted):
             assert [(k, m) for k, _, m in one] == [(k, m) for k, _, m in hit]
             # float32 GEMV and GEMM sum the features in different orders: ~1e-5 nats apart
             np.testing.assert_allclose([w for _, w, _ in one], [w for _, w, _ in hit], rtol=1e-4, atol=1e-12)
+
+
+needs_numba = pytest.mark.skipif(not hdp_kernel.AVAILABLE, reason="numba is not installed (the [fast] extra)")
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_quadratic_features_are_bit_identical(monkeypatch, dtype):
+    X = np.random.default_rng(5).normal(size=(40, 9)).astype(dtype)
+    fast = [quad_features(X[:n]) for n in (1, 3, 40)]
+    monkeypatch.setattr(hdp_kernel, "AVAILABLE", False)  # the numpy gather (<= 8 rows) and slice paths
+    for n, got in zip((1, 3, 40), fast, strict=True):
+        np.testing.assert_array_equal(got, quad_features(X[:n]))
+
+
+@needs_numba
+def test_compiled_retrieval_equals_numpy_retrieval(fitted, monkeypatch):
+    model, X, _, doms, _ = fitted
+    flat = HDPGMM(sweeps=3, burn_in=1, seed=0, flat=True).fit(X, doms)
+    Q = X[:40] + np.random.default_rng(3).normal(0, 1.0, X[:40].shape)
+    options = ({"top_k": 3}, {"threshold": 1e-6}, {"top_k": 2, "domain": 1})
+    # fused (<= 16 queries) and chunked, hierarchical and flat
+    cases = [(m, q, kw) for m in (model, flat) for q in (Q[:1], Q[:5], Q) for kw in options]
+    fast = [m.retrieve(q, **kw) for m, q, kw in cases]
+    monkeypatch.setattr(hdp_kernel, "AVAILABLE", False)
+    for (m, q, kw), got in zip(cases, fast, strict=True):
+        ref = m.retrieve(q, **kw)
+        assert [[(k, row) for k, _, row in hit] for hit in got] == [[(k, row) for k, _, row in hit] for hit in ref]
+        for a, b in zip(got, ref, strict=True):  # matrix-vector vs matrix product sums: ~1e-5 nats apart
+            np.testing.assert_allclose([w for _, w, _ in a], [w for _, w, _ in b], rtol=1e-4, atol=1e-12)
+
+
+@needs_numba
+def test_compiled_ranking_breaks_ties_by_component_and_keeps_the_top():
+    rng = np.random.default_rng(0)
+    K, n, D = 9, 30, 4
+    q = rng.choice([0.5, 2.0, 7.0], size=(n, K)).astype(np.float32)  # many exact ties
+    ndk = np.ones((2, K))
+    beta, df, c, ln = np.full(K, 0.1), np.full(K, 5.0), np.full(K, 0.3), np.zeros(K)
+    doms = rng.integers(0, 2, n)
+    logits = np.log(ndk[doms] + beta).T + (-0.5 * (df[:, None] + D) * np.log1p(q.T / (c[:, None] * df[:, None])))
+    for top in (1, 3, K):
+        order, weights = np.zeros((n, top), dtype=np.int64), np.zeros((n, top))
+        hdp_kernel.rank_rows_compiled(q, doms, ndk, beta, 1.0, False, df, c, ln, float(D), top, order, weights)
+        ref_order, ref_weights = rank_logits(logits, top)
+        np.testing.assert_array_equal(order, ref_order)
+        np.testing.assert_allclose(weights, ref_weights, rtol=1e-12)
 
 
 def test_threads_option_does_not_change_the_fit():

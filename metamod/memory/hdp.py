@@ -64,6 +64,7 @@ from metamod.memory import hdp_kernel
 from metamod.memory import hdp_stats as hs
 from metamod.memory import hdp_support as sup
 from metamod.memory.hdp_online import insert_rows
+from metamod.memory.hdp_query import predictive_rank, rank_logits
 from metamod.memory.hdp_state import from_state_arrays, state_arrays
 from metamod.memory.hdp_stats import NIWComponents, quad_features, t_logpdf_from_q
 from metamod.memory.hdp_support import as_domain, as_rows, blas_threads
@@ -360,12 +361,9 @@ class HDPGMM:
         return int(min(np.searchsorted(np.cumsum(p), self._rng.random() * p.sum()), len(p) - 1))
 
     def _component_logpdf(self, Xc: np.ndarray, *, fast: bool = True) -> np.ndarray:
-        """(K, B) Student-t log densities of centred rows against every slot (``fast``: one ``dtype`` GEMM, of
-        stacked precisions for batches, of quadratic features for a few rows; otherwise float64 around each
-        mean)."""
-        if fast and len(Xc) > 8:
-            q = self.comps.quad_stacked(Xc)
-        elif fast:
+        """(K, B) Student-t log densities of centred rows against every slot (``fast``: one ``dtype`` product of
+        quadratic features with the packed coefficients; otherwise float64 around each mean)."""
+        if fast:
             q = self.comps.quad_packed(quad_features(Xc, dtype=self.comps.dtype))
         else:
             q = self.comps.quad_exact(Xc)
@@ -513,44 +511,35 @@ class HDPGMM:
             raise ValueError(f"top_k={top_k}: expected >= 1 (or give threshold)")
         Q = as_rows(queries, "queries", dim=self.dim_)
         K = self.comps.size
-        Qc = Q - self.mu0_
+        top = K if threshold is not None else min(top_k, K)
         if method == "predictive":
-            if domain is None:
-                doms = self._nearest_domain(Q)
-            else:
+            doms = None
+            if domain is not None:
                 doms = as_domain(np.broadcast_to(np.asarray(domain), (len(Q),)), "domain", n_domains=self.n_domains_)
-            if self.flat:
-                logpi = np.log(np.maximum(self._ndk[:, :K].sum(axis=0), 1e-300))[:, None]
-            else:
-                logpi = np.log(self._ndk[doms, :K] + self.alpha * self._beta[:K]).T
-            with self._gemm_threads(len(Qc)):
-                logits = logpi + self._component_logpdf(Qc)
+            order, weights = predictive_rank(self, Q, doms, top)
         else:
-            d2 = (
-                np.einsum("kd,kd->k", self.comps.mu[:K], self.comps.mu[:K])[:, None]
-                - 2.0 * self.comps.mu[:K] @ Qc.T
-                + np.einsum("ij,ij->i", Qc, Qc)[None, :]
-            )
-            c, n = self.comps, self.comps.n[:K]
-            trace_psi = (
-                np.trace(self.psi0_)
-                + np.einsum("kii->k", c.S2[:K])
-                - (self.kappa0_ + n) * np.einsum("kd,kd->k", c.mu[:K], c.mu[:K])
-            )
-            scale = np.mean(trace_psi / (self.nu0_ + n - self.dim_ - 1.0)) / self.dim_
-            logits = -d2 / (2.0 * scale)
-        W = np.exp(logits - logits.max(axis=0))
-        W /= W.sum(axis=0)
-        medoids = self._current_medoids()
-        order = np.argsort(-W, axis=0, kind="stable")  # ties: lower component index first
-        if threshold is None:
-            order = order[: min(top_k, K)]
-        ranked = np.take_along_axis(W, order, axis=0)
-        ks, ws, ms = order.T.tolist(), ranked.T.tolist(), medoids[order].T.tolist()
-        if threshold is None:
-            return [list(zip(k, w, m, strict=True)) for k, w, m in zip(ks, ws, ms, strict=True)]
-        keep = (ranked >= threshold).sum(axis=0).tolist()
-        return [list(zip(k[:c], w[:c], m[:c], strict=True)) for k, w, m, c in zip(ks, ws, ms, keep, strict=True)]
+            order, weights = rank_logits(self._centroid_logits(Q - self.mu0_), top)
+        medoids = self._current_medoids()[order]
+        hits = list(zip(order.ravel().tolist(), weights.ravel().tolist(), medoids.ravel().tolist(), strict=True))
+        keep = [top] * len(Q) if threshold is None else (weights >= threshold).sum(axis=1).tolist()
+        return [hits[b * top : b * top + c] for b, c in enumerate(keep)]
+
+    def _centroid_logits(self, Qc: np.ndarray) -> np.ndarray:
+        """(K, n) BC-centroids logits ``-d^2 / (2 s^2)`` of centred queries (see :meth:`retrieve`)."""
+        K, c = self.comps.size, self.comps
+        d2 = (
+            np.einsum("kd,kd->k", c.mu[:K], c.mu[:K])[:, None]
+            - 2.0 * c.mu[:K] @ Qc.T
+            + np.einsum("ij,ij->i", Qc, Qc)[None, :]
+        )
+        n = c.n[:K]
+        trace_psi = (
+            np.trace(self.psi0_)
+            + np.einsum("kii->k", c.S2[:K])
+            - (self.kappa0_ + n) * np.einsum("kd,kd->k", c.mu[:K], c.mu[:K])
+        )
+        scale = np.mean(trace_psi / (self.nu0_ + n - self.dim_ - 1.0)) / self.dim_
+        return -d2 / (2.0 * scale)
 
     def partial_fit(self, x: np.ndarray, domain: int) -> dict[str, Any]:
         """Online insert of one row (appended as row n): novelty birth or soft fold-in (see issue part 4).
@@ -571,8 +560,7 @@ class HDPGMM:
             n=len(X),
             n_domains=self.n_domains_,
         )
-        with blas_threads(1):
-            return insert_rows(self, X, X - self.mu0_, doms)
+        return insert_rows(self, X, X - self.mu0_, doms)
 
     def refit(self) -> dict[str, int]:
         """Rebuild statistics from hard assignments, one Gibbs sweep (domains fixed), then greedy KL merges."""

@@ -1,4 +1,4 @@
-"""Compiled sequential part of the HDP-GMM Gibbs sweep (numba, optional: ``pip install -e .[fast]``).
+"""Compiled kernels of the HDP-GMM: the sweep's sequential part, inserts, retrieval (numba, optional: ``[fast]``).
 
 :func:`block_moves` walks a block's points in order exactly like
 :meth:`metamod.memory.hdp_sweep._Block.draw` / ``_apply`` do with numpy calls: each point's full conditional from
@@ -11,7 +11,11 @@ emptied or an ill-conditioned downdate; before a change of a slot due for refact
 (the caller refactorises those slots from their statistics and re-enters at the same point). With the same uniforms both paths give the same
 chain (tested in float64); the compiled one removes the per-point interpreter overhead.
 
-Without numba :data:`AVAILABLE` is False and the sweep uses the numpy path.
+The online inserts (:func:`insert_rows_compiled`, :mod:`metamod.memory.hdp_online`) and the retrieval scores
+(:mod:`metamod.memory.hdp_query`: quadratic features, ranking, and one call for a few queries) are compiled the
+same way.
+
+Without numba :data:`AVAILABLE` is False and the numpy paths run (same results; weights to rounding).
 """
 
 from __future__ import annotations
@@ -262,6 +266,130 @@ def _insert_rows(
     return B, DONE
 
 
+def _features_row(x, offsets, phi):
+    """Quadratic features of one row ``x`` into ``phi`` (the products of
+    :func:`metamod.memory.hdp_stats.quad_features` in the same dtype, so the same bits)."""
+    D = x.shape[0]
+    npair = offsets[D]
+    for i in range(D):
+        xi = x[i]
+        seg = phi[offsets[i] : offsets[i + 1]]
+        tail = x[i:]
+        for j in range(D - i):  # one contiguous run per triangle row: vectorises
+            seg[j] = xi * tail[j]
+    for i in range(D):
+        phi[npair + i] = x[i]
+    phi[npair + D] = 1.0
+
+
+def _quad_features_rows(X, offsets, out):
+    """:func:`_features_row` for every row of ``X`` into the rows of ``out``."""
+    for r in range(X.shape[0]):
+        _features_row(X[r], offsets, out[r])
+
+
+def _nearest(x, C, csq):
+    """Nearest centroid row of ``C`` to ``x``: argmin of ``|c|^2 - 2 c . x`` (first on ties)."""
+    best, best_v = 0, np.inf
+    for d in range(C.shape[0]):
+        v = csq[d] - 2.0 * np.dot(C[d], x)
+        if v < best_v:
+            best, best_v = d, v
+    return best
+
+
+def _log_weights(ndk, beta, alpha, flat, K):
+    """(domains or 1, K) log mixture weights ``log(n_{d,k} + alpha beta_k)`` (flat: one row, ``log N_k``), as
+    :func:`metamod.memory.hdp_query.log_mixture_weights`."""
+    if flat:
+        out = np.empty((1, K))
+        for k in range(K):
+            w = 0.0
+            for e in range(ndk.shape[0]):
+                w += ndk[e, k]
+            out[0, k] = math.log(max(w, 1e-300))
+        return out
+    out = np.empty((ndk.shape[0], K))
+    for d in range(ndk.shape[0]):
+        for k in range(K):
+            out[d, k] = math.log(ndk[d, k] + alpha * beta[k])
+    return out
+
+
+def _rank_row(q, log_w, df, c, ln, D, top, order, weights, lg):
+    """Rank the components for one query with quadratic forms ``q`` (K,) and log mixture weights ``log_w`` (K,):
+    logits ``log_w[k] + log t_k(q)``, softmax weights, and the ``top`` largest, best first (ties: lower k first),
+    into ``order`` / ``weights`` (as :func:`metamod.memory.hdp_query.rank_logits` does with numpy); ``lg``: (K,)
+    scratch."""
+    K = q.shape[0]
+    mx = -np.inf
+    for k in range(K):
+        v = log_w[k] + ln[k] - 0.5 * (df[k] + D) * math.log1p(max(float(q[k]), 0.0) / (c[k] * df[k]))
+        lg[k] = v
+        mx = max(mx, v)
+    total = 0.0
+    for k in range(K):
+        lg[k] = math.exp(lg[k] - mx)
+        total += lg[k]
+    m = 0
+    for k in range(K):  # insertion into the sorted top list: only a strictly larger weight moves ahead (stable)
+        w = lg[k] / total
+        if m == top and w <= weights[m - 1]:
+            continue
+        pos = m if m < top else top - 1
+        while pos > 0 and weights[pos - 1] < w:
+            weights[pos] = weights[pos - 1]
+            order[pos] = order[pos - 1]
+            pos -= 1
+        weights[pos] = w
+        order[pos] = k
+        if m < top:
+            m += 1
+
+
+def _rank_rows(q, doms, ndk, beta, alpha, flat, df, c, ln, D, top, order, weights):
+    """:func:`_rank_row` for every query row ``b`` of the (n, K) quadratic forms ``q`` (domain ``doms[b]``)."""
+    lg = np.empty(q.shape[1])
+    log_w = _log_weights(ndk, beta, alpha, flat, q.shape[1])
+    for b in range(q.shape[0]):
+        d = 0 if flat else doms[b]
+        _rank_row(q[b], log_w[d], df, c, ln, D, top, order[b], weights[b], lg)
+
+
+def _retrieve_rows(Q, mu0, C, csq, doms, ndk, beta, alpha, flat, coef, offsets, df, c, ln, top, order, weights):
+    """Predictive retrieval of a few queries ``Q`` (n, D), one at a time in one call: domain (``doms[b] < 0``:
+    nearest centroid), quadratic features, one matrix-vector product with the packed coefficients ``coef``
+    (K, F) in their dtype, ranking (:func:`_rank_row`)."""
+    n, D = Q.shape
+    K, F = coef.shape
+    phi = np.empty(F, dtype=coef.dtype)
+    xc = np.empty(D, dtype=coef.dtype)
+    lg = np.empty(K)
+    log_w = _log_weights(ndk, beta, alpha, flat, K)
+    for b in range(n):
+        d = doms[b] if doms[b] >= 0 else _nearest(Q[b], C, csq)
+        for a in range(D):
+            xc[a] = Q[b, a] - mu0[a]
+        _features_row(xc, offsets, phi)
+        q = np.dot(coef, phi)
+        _rank_row(q, log_w[0 if flat else d], df, c, ln, D, top, order[b], weights[b], lg)
+
+
+def quad_features_compiled(*args):
+    """:func:`_quad_features_rows` compiled by numba (on first call)."""
+    return _compiled("quad_features", _quad_features_rows)(*args)
+
+
+def rank_rows_compiled(*args):
+    """:func:`_rank_rows` compiled by numba (on first call)."""
+    return _compiled("rank_rows", _rank_rows)(*args)
+
+
+def retrieve_rows_compiled(*args):
+    """:func:`_retrieve_rows` compiled by numba (on first call)."""
+    return _compiled("retrieve_rows", _retrieve_rows)(*args)
+
+
 def insert_rows_compiled(*args):
     """:func:`_insert_rows` compiled by numba (on first call)."""
     return _compiled("insert_rows", _insert_rows)(*args)
@@ -272,15 +400,18 @@ def block_moves(*args):
     return _compiled("block_moves", _block_moves)(*args)
 
 
+_HELPERS = ("_t_consts", "_rank1_apply", "_features_row", "_nearest", "_log_weights", "_rank_row")
+
+
 def _compiled(name: str, fn):
     """``fn`` compiled by numba once per process (cached on disk where the package folder is writable); the
-    helpers it calls are compiled first (numba resolves them as globals)."""
+    helpers the kernels call (:data:`_HELPERS`) are compiled first and replace their module globals (numba resolves
+    them as globals)."""
     if name not in _COMPILED:
         import numba
 
-        global _t_consts, _rank1_apply
-        if "_t_consts" not in _COMPILED:
-            _t_consts = _COMPILED["_t_consts"] = numba.njit(cache=True, nogil=True)(_t_consts)
-            _rank1_apply = _COMPILED["_rank1_apply"] = numba.njit(cache=True, nogil=True)(_rank1_apply)
+        for helper in _HELPERS:
+            if helper not in _COMPILED:
+                _COMPILED[helper] = globals()[helper] = numba.njit(cache=True, nogil=True)(globals()[helper])
         _COMPILED[name] = numba.njit(cache=True, nogil=True)(fn)
     return _COMPILED[name]

@@ -4,8 +4,9 @@ Each new row, in order: its responsibilities ``r_k ∝ pi_{d,k} p_k(x)`` over th
 new-component posterior ``rho_new ∝ alpha beta_u f_0(x)`` (flat: ``gamma f_0``); a birth when ``rho_new >
 tau_new`` (``birth="threshold"``) or with probability ``rho_new`` (``birth="sample"``), otherwise the row is
 folded softly into every component with ``r_k >= 1e-6`` (weighted statistics) and hard-assigned to the most
-responsible one (counts, CRF table). Rows are processed in batches of :data:`INSERT_BLOCK`: one GEMM (stacked
-precisions) gives every row's quadratic forms against every component, and each soft update is a rank-1 change
+responsible one (counts, CRF table). Rows are processed in batches of :data:`INSERT_BLOCK`: one GEMM (quadratic
+features against the packed coefficients) gives every row's quadratic forms against every component, and each
+soft update is a rank-1 change
 whose effect on the batch's later rows is applied in O(D) per row
 (:class:`~metamod.memory.hdp_stats.Rank1`) — the same sequential result as one row at a time.
 """
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from metamod.memory.hdp_stats import quad_features, t_logpdf_from_q
+from metamod.memory.hdp_support import blas_threads
 
 INSERT_BLOCK = 256
 FOLD_MIN = 1e-6  # responsibilities below this are not folded in (as in the paper)
@@ -37,12 +39,14 @@ def insert_rows(model, X: np.ndarray, Xc: np.ndarray, doms: np.ndarray) -> list[
 
 
 def _insert_block(model, first_row: int, Xc: np.ndarray, doms: np.ndarray, logf0: np.ndarray) -> list[dict]:
-    batch = _Batch(model, first_row, Xc, doms, logf0)
-    if model._use_kernel():
-        batch.compiled()
-    else:
-        for i in range(batch.size):
-            batch.insert(i)
+    with model._gemm_threads(len(Xc)):
+        batch = _Batch(model, first_row, Xc, doms, logf0)
+    with blas_threads(1):  # the rest is many small calls: one thread is faster
+        if model._use_kernel():
+            batch.compiled()
+        else:
+            for i in range(batch.size):
+                batch.insert(i)
     model._medoid_stale.update(np.flatnonzero(batch.touched).tolist())
     return [
         {"component": int(k), "born": bool(b), "cause": cause, "rho_new": float(r)}
@@ -58,7 +62,7 @@ class _Batch:
         comps = model.comps
         self.model, self.comps, self.first_row, self.size = model, comps, first_row, len(Xc)
         self.Xc, self.doms, self.logf0 = np.ascontiguousarray(Xc), doms, logf0
-        Q = comps.quad_stacked(Xc) if len(Xc) > 8 else comps.quad_packed(quad_features(Xc, dtype=comps.dtype))
+        Q = comps.quad_packed(quad_features(Xc, dtype=comps.dtype))
         self.Q = np.vstack([Q, np.zeros((16, self.size))])
         self.u = model._online_rng.random((self.size, 2))
         self.comp = np.zeros(self.size, dtype=np.int64)

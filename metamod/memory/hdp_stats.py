@@ -40,6 +40,8 @@ import numpy as np
 from scipy.linalg import blas, lapack
 from scipy.special import gammaln, multigammaln
 
+from metamod.memory import hdp_kernel
+
 LOG_PI = float(np.log(np.pi))
 _ger = blas.dger  # a += alpha x y^T in place (Fortran-order a)
 _TRIU: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -49,9 +51,14 @@ def _triu(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(iu, ju, multiplicity, offsets)`` of the packed upper triangle (row-major, as ``np.triu_indices``)."""
     if dim not in _TRIU:
         iu, ju = np.triu_indices(dim)
-        offsets = np.concatenate([[0], np.cumsum(dim - np.arange(dim))])
+        offsets = np.concatenate([[0], np.cumsum(dim - np.arange(dim))]).astype(np.int64)
         _TRIU[dim] = (iu, ju, np.where(iu == ju, 1.0, 2.0), offsets)
     return _TRIU[dim]
+
+
+def feature_offsets(dim: int) -> np.ndarray:
+    """(D + 1,) int64 start of each triangle row in :func:`quad_features`' columns (the last: ``D (D + 1) / 2``)."""
+    return _triu(dim)[3]
 
 
 def n_features(dim: int) -> int:
@@ -62,7 +69,8 @@ def n_features(dim: int) -> int:
 def quad_features(X: np.ndarray, *, dtype=None, out: np.ndarray | None = None) -> np.ndarray:
     """Quadratic features ``[x_i x_j (i <= j, row-major), x, 1]`` of the rows of ``X`` (n, D) -> (n, F).
 
-    One slice product per row of the triangle (D calls) for batches; a gather for a handful of rows.
+    Compiled (:func:`metamod.memory.hdp_kernel.quad_features_compiled`, the same products, bit for bit) when numba
+    is installed; otherwise one slice product per row of the triangle (D calls), a gather for a handful of rows.
 
     >>> quad_features(np.array([[2.0, 3.0]])).tolist()
     [[4.0, 6.0, 9.0, 2.0, 3.0, 1.0]]
@@ -73,7 +81,9 @@ def quad_features(X: np.ndarray, *, dtype=None, out: np.ndarray | None = None) -
     npair = offsets[-1]
     if out is None:
         out = np.empty((n, npair + D + 1), dtype=X.dtype)
-    if n <= 8:
+    if hdp_kernel.AVAILABLE and X.dtype in (np.float32, np.float64) and out.dtype == X.dtype:
+        hdp_kernel.quad_features_compiled(np.ascontiguousarray(X), offsets, out)
+    elif n <= 8:
         np.multiply(X[:, iu], X[:, ju], out=out[:, :npair])
     else:
         for i in range(D):
@@ -211,7 +221,6 @@ class NIWComponents:
         self.version = 0  # bumped on every change of any slot (invalidates :meth:`consts`' cache)
         self._consts_cache: tuple | None = None
         self._prior_consts: tuple | None = None
-        self._stacked: tuple | None = None  # :meth:`quad_stacked`'s precisions, valid for one version
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
@@ -357,22 +366,6 @@ class NIWComponents:
         """(K, B) Psi-metric quadratic forms from quadratic features ``phi`` (B, F): one GEMM in ``dtype``."""
         coef = self.coefficients(K)
         return np.asarray((phi.astype(coef.dtype, copy=False) @ coef.T).T, dtype=np.float64)
-
-    def quad_stacked(self, Xc: np.ndarray) -> np.ndarray:
-        """(K, B) Psi-metric quadratic forms of centred points against every slot: one ``dtype`` GEMM with the
-        stacked precisions, ``x^T P x - 2 x^T P mu + mu^T P mu`` (faster than features for query batches, where
-        the features would be built per call)."""
-        K, D = self.size, self.dim
-        key = (self.version, K)
-        if self._stacked is None or self._stacked[0] != key:
-            P = self.prec[:K]
-            Pmu = np.einsum("kde,ke->kd", P, self.mu[:K])
-            stacked = np.ascontiguousarray(P.transpose(1, 0, 2).reshape(D, K * D), dtype=self.dtype)
-            self._stacked = (key, stacked, Pmu.astype(self.dtype), np.einsum("kd,kd->k", Pmu, self.mu[:K]))
-        _, stacked, Pmu, const = self._stacked
-        X = np.asarray(Xc, dtype=self.dtype)
-        xpx = np.einsum("bkd,bd->bk", (X @ stacked).reshape(len(X), K, D), X).astype(np.float64)
-        return (xpx - 2.0 * (X @ Pmu.T) + const).T
 
     def quad_exact(self, Xc: np.ndarray, rows=None) -> np.ndarray:
         """(len(rows), B) Psi-metric quadratic forms of centred points, float64, computed around each mean."""
