@@ -375,6 +375,33 @@ def _retrieve_rows(Q, mu0, C, csq, doms, ndk, beta, alpha, flat, coef, offsets, 
         _rank_row(q, log_w[0 if flat else d], df, c, ln, D, top, order[b], weights[b], lg)
 
 
+def _pack_coefficients(slots, prec, mu, offsets, coef):
+    """Packed quadratic-form coefficients ``[P_ij (x2 off the diagonal), -2 P mu, mu^T P mu]`` of ``slots`` into
+    the rows of ``coef`` (as :meth:`metamod.memory.hdp_stats.NIWComponents.coefficients` does with numpy)."""
+    D = mu.shape[1]
+    npair = offsets[D]
+    for k in slots:
+        row = coef[k]
+        for i in range(D):
+            base = offsets[i] - i
+            row[base + i] = prec[k, i, i]
+            for j in range(i + 1, D):
+                row[base + j] = 2.0 * prec[k, i, j]
+        const = 0.0
+        for i in range(D):
+            pmu = 0.0
+            for j in range(D):
+                pmu += prec[k, i, j] * mu[k, j]
+            row[npair + i] = -2.0 * pmu
+            const += pmu * mu[k, i]
+        row[npair + D] = const
+
+
+def pack_coefficients_compiled(*args):
+    """:func:`_pack_coefficients` compiled by numba (on first call)."""
+    return _compiled("pack_coefficients", _pack_coefficients)(*args)
+
+
 def quad_features_compiled(*args):
     """:func:`_quad_features_rows` compiled by numba (on first call)."""
     return _compiled("quad_features", _quad_features_rows)(*args)

@@ -346,10 +346,14 @@ class NIWComponents:
         return student_t_consts(self.kappa0 + n, self.nu0 + n, self.logdet[rows], self.dim)
 
     def coefficients(self, K: int | None = None) -> np.ndarray:
-        """(K, F) packed quadratic-form coefficients of the first ``K`` slots (stale rows repacked first)."""
+        """(K, F) packed quadratic-form coefficients of the first ``K`` slots (stale rows repacked first; compiled
+        with numba)."""
         K = self.size if K is None else K
         stale = np.flatnonzero(self.stale[:K])
-        if len(stale):
+        if len(stale) and hdp_kernel.AVAILABLE:
+            hdp_kernel.pack_coefficients_compiled(stale, self.prec, self.mu, _triu(self.dim)[3], self.coef)
+            self.stale[stale] = False
+        elif len(stale):
             iu, ju, mult, offsets = _triu(self.dim)
             npair, D = offsets[-1], self.dim
             P, mu = self.prec[stale], self.mu[stale]
