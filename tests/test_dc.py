@@ -282,9 +282,12 @@ def test_corpus_warm_start_takes_max_entries_round_robin_over_domains(tmp_path):
 def test_bad_corpus_paths_and_rows_fail_with_one_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="has no behaviours.jsonl"):
         DynamicCheatsheet(DCOptions(corpus=str(tmp_path / "nowhere")), llm=FakeLLM())
-    write_corpus(tmp_path / "bad", [CORPUS[0], {"id": "b9", "name": "", "description": "x"}, CORPUS[1]])
-    with pytest.raises(ValueError, match=r"behaviours.jsonl:2: behaviour is missing \['name'\]"):
+    write_corpus(tmp_path / "bad", [CORPUS[0], {"id": "b9", "name": "", "description": "x", "domain": "m"}, CORPUS[1]])
+    with pytest.raises(ValueError, match=r"behaviours.jsonl:2: behaviour field 'name' must be a non-empty string"):
         load_corpus(tmp_path / "bad")
+    write_corpus(tmp_path / "short", [{"id": "b9", "name": "n", "description": "x"}])  # the one reader's rules
+    with pytest.raises(ValueError, match=r"behaviours.jsonl:1: behaviour row is missing \['domain'\]"):
+        load_corpus(tmp_path / "short")
 
 
 # ---------------------------------------------------------------- protocol rules

@@ -85,6 +85,26 @@ def test_rank1_record_updates_other_points_quadratic_forms():
         np.testing.assert_allclose(comps.prec[k], np.linalg.inv(comps.psi(k)), atol=1e-10)
 
 
+def test_rank1_updates_between_refactorisations_do_not_drift():
+    rng = np.random.default_rng(7)
+    D = 24
+    A = rng.normal(size=(D, D)) / np.sqrt(D)
+    cov = A @ A.T + 0.1 * np.eye(D)
+    X = rng.normal(size=(700, D)) @ np.linalg.cholesky(cov).T
+    comps = NIWComponents(dim=D, kappa0=1.0, nu0=2 * D + 2, psi0=cov * (D + 1), dtype=np.float64)
+    k = comps.new_slot()
+    for x in X[:400]:
+        comps.add(k, x)
+    comps.refresh(k)
+    for t in range(comps.refresh_every - 1):  # the most changes a slot takes before it is refactorised
+        comps.add(k, X[400 + t], 0.5) if t % 2 else comps.remove(k, X[t])
+    assert comps.updates[k] == comps.refresh_every - 1
+    P, logdet = comps.prec[k].copy(), comps.logdet[k]
+    comps.refresh(k)
+    np.testing.assert_allclose(P, comps.prec[k], rtol=0, atol=1e-12 * np.abs(P).max())
+    assert abs(logdet - comps.logdet[k]) < 1e-10
+
+
 def test_packed_quadratic_features_equal_the_exact_form():
     rng = np.random.default_rng(21)
     for dim in (3, 37):

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from metamod.files import read_jsonl
 from metamod.memory.base import Observation
 from metamod.memory.bot import trajectory
+from metamod.memory.corpus import read_behaviours
 from metamod.memory.embed import Embedder, l2_normalise
 from metamod.prompts import render
 
@@ -104,21 +104,13 @@ def corpus_file(path: str | Path) -> Path:
 
 
 def load_corpus(path: str | Path) -> list[dict[str, Any]]:
-    """The behaviours of a mined corpus: ``{id, name, description, domain, question}`` per row, file order.
+    """The behaviours of a mined corpus: ``{id, name, description, domain, question}`` per row, file order; read
+    by :func:`metamod.memory.corpus.read_behaviours` (the one reader), names and descriptions cleaned for prompts.
 
     Raises:
         FileNotFoundError: no behaviours.jsonl there.
-        ValueError: a row without a non-empty ``id``, ``name`` or ``description`` (the message gives file:line).
+        JsonlError: a malformed row or a duplicated id (the message gives file:line).
     """
-    file = corpus_file(path)
-
-    def check(row: Any, where: str) -> None:
-        if not isinstance(row, Mapping):
-            raise ValueError(f"{where}: a behaviour must be a JSON object, got {type(row).__name__}")
-        missing = [k for k in ("id", "name", "description") if not str(row.get(k) or "").strip()]
-        if missing:
-            raise ValueError(f"{where}: behaviour is missing {missing}; expected id, name, description, domain")
-
     return [
         {
             "id": str(row["id"]),
@@ -127,7 +119,7 @@ def load_corpus(path: str | Path) -> list[dict[str, Any]]:
             "domain": str(row.get("domain") or ""),
             "question": str(row.get("question") or ""),
         }
-        for row in read_jsonl(file, check=check)
+        for row in read_behaviours(corpus_file(path))
     ]
 
 
