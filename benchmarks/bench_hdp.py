@@ -185,7 +185,7 @@ def speed(n: int, sweeps: int, dim: int, threads: int) -> HDPGMM:
     for label, rows, row_doms in (("the same mixture", held, held_doms), ("another mixture", novel_rows, novel_doms)):
         for batched in (True, False):
             online = HDPGMM.from_state_arrays(state)
-            # first call after loading: includes the one doubling of the row buffers (copies the N stored rows)
+            # the first 2,000 rows after loading, then the next 2,000 on the same copy
             inserts[label, batched, "first"] = timed_inserts(online, rows[:2000], row_doms[:2000], batched=batched)
             inserts[label, batched, "next"] = timed_inserts(online, rows[2000:], row_doms[2000:], batched=batched)
     online = HDPGMM.from_state_arrays(state)
