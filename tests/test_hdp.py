@@ -441,10 +441,11 @@ def test_compiled_quadratic_features_are_bit_identical(monkeypatch, dtype):
 def test_compiled_retrieval_equals_numpy_retrieval(fitted, monkeypatch):
     model, X, _, doms, _ = fitted
     flat = HDPGMM(sweeps=3, burn_in=1, seed=0, flat=True).fit(X, doms)
+    f64 = HDPGMM(sweeps=3, burn_in=1, seed=0, dtype="float64").fit(X, doms)
     Q = X[:40] + np.random.default_rng(3).normal(0, 1.0, X[:40].shape)
     options = ({"top_k": 3}, {"threshold": 1e-6}, {"top_k": 2, "domain": 1})
-    # fused (<= 16 queries) and chunked, hierarchical and flat
-    cases = [(m, q, kw) for m in (model, flat) for q in (Q[:1], Q[:5], Q) for kw in options]
+    # fused (<= 16 queries) and chunked, hierarchical and flat, float32 and float64 products
+    cases = [(m, q, kw) for m in (model, flat, f64) for q in (Q[:1], Q[:5], Q) for kw in options]
     fast = [m.retrieve(q, **kw) for m, q, kw in cases]
     monkeypatch.setattr(hdp_kernel, "AVAILABLE", False)
     for (m, q, kw), got in zip(cases, fast, strict=True):

@@ -128,7 +128,7 @@ class _Batch:
         m, comps = self.model, self.comps
         i = 0
         while i < self.size:
-            consts = [np.resize(v, self.Q.shape[0]) for v in comps.consts()]
+            consts = comps.consts_padded(self.Q.shape[0])
             i, code = insert_rows_compiled(
                 self.Q, self.Xc, self.doms, self.logf0, self.u, i, m._z, self.first_row, comps.size,
                 comps.n, comps.S1, comps.S2, comps.mu, comps.prec, comps.logdet, comps.updates, comps.stale,

@@ -348,6 +348,14 @@ class NIWComponents:
         n = self.n[rows]
         return student_t_consts(self.kappa0 + n, self.nu0 + n, self.logdet[rows], self.dim)
 
+    def consts_padded(self, length: int) -> list[np.ndarray]:
+        """:meth:`consts` of every slot as three fresh arrays of ``length`` (>= size; zeros after the last slot) for
+        the compiled kernels, which update them in place for the slots they change."""
+        out = [np.zeros(length) for _ in range(3)]
+        for buf, v in zip(out, self.consts(), strict=True):
+            buf[: len(v)] = v
+        return out
+
     def coefficients(self, K: int | None = None) -> np.ndarray:
         """(K, F) packed quadratic-form coefficients of the first ``K`` slots (stale rows repacked first; compiled
         with numba)."""

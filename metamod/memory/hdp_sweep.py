@@ -135,7 +135,7 @@ def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
     moves = births = 0
     pos = 0
     while pos < block.size:
-        consts = [np.resize(v, block.Q.shape[0]) for v in comps.consts()]
+        consts = comps.consts_padded(block.Q.shape[0])
         pos, code, pick, done = block_moves(
             block.Q, block.F, block.LW, block.Y, block.z, block.doms, block.logf0, u, block.rows, m._z, pos,
             block.size, comps.size, comps.n, comps.S1, comps.S2, comps.mu, comps.prec, comps.logdet, comps.updates,
