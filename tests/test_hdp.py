@@ -378,7 +378,11 @@ def test_batched_inserts_equal_one_row_at_a_time(monkeypatch):
         np.testing.assert_array_equal(one.labels_, many.labels_)
         np.testing.assert_allclose(one.comps.S2[: one.n_components_], many.comps.S2[: many.n_components_])
         np.testing.assert_allclose(one.domain_centroids_, many.domain_centroids_)
-        assert one.retrieve(X[:5]) == many.retrieve(X[:5])
+        hits_one, hits_many = one.retrieve(X[:5]), many.retrieve(X[:5])  # numpy vs compiled ranking
+        assert [[(k, r) for k, _, r in h] for h in hits_one] == [[(k, r) for k, _, r in h] for h in hits_many]
+        np.testing.assert_allclose(
+            [w for h in hits_one for _, w, _ in h], [w for h in hits_many for _, w, _ in h], rtol=tol, atol=1e-300
+        )
     with pytest.raises(ValueError, match="domain: expected a 1-D integer array of length 3"):
         many.partial_fit_many(rows[:3], [0, 1])
 
@@ -447,6 +451,12 @@ def test_compiled_retrieval_equals_numpy_retrieval(fitted, monkeypatch):
     # fused (<= 16 queries) and chunked, hierarchical and flat, float32 and float64 products
     cases = [(m, q, kw) for m in (model, flat, f64) for q in (Q[:1], Q[:5], Q) for kw in options]
     fast = [m.retrieve(q, **kw) for m, q, kw in cases]
+    as_numpy = HDPGMM.from_state_arrays(model.state_arrays(), kernel="numpy")  # the option reaches retrieval too
+    with monkeypatch.context() as patch:
+        for name in ("retrieve_rows_compiled", "rank_rows_compiled"):
+            patch.setattr(hdp_kernel, name, lambda *a: pytest.fail("kernel='numpy' ran a compiled ranking"))
+        ranked = [as_numpy.retrieve(q, top_k=3) for q in (Q[:1], Q)]
+    assert [[k for k, _, _ in hit] for hit in ranked[1]] == [[k for k, _, _ in hit] for hit in fast[2 * len(options)]]
     monkeypatch.setattr(hdp_kernel, "AVAILABLE", False)
     for (m, q, kw), got in zip(cases, fast, strict=True):
         ref = m.retrieve(q, **kw)

@@ -105,8 +105,9 @@ class HDPGMM:
             the other rows are labelled from them.
         feature_cache_gb: largest cache of the rows' quadratic features (F = D (D + 1) / 2 + D + 1 floats per
             row: 33.5 kB at D = 128, 4.4 GB for 130,000 rows); larger corpora are featurised per block (slower).
-        kernel: the sweep's sequential part: "numba" (compiled, :mod:`metamod.memory.hdp_kernel`), "numpy", or
-            "auto" (numba when installed). Same chain either way.
+        kernel: the sweep's sequential part, the online inserts and the retrieval ranking: "numba" (compiled,
+            :mod:`metamod.memory.hdp_kernel`), "numpy", or "auto" (numba when installed). Same chain either way
+            (retrieval weights to rounding).
         threads: BLAS threads for the big GEMMs (sweep blocks, batches of >= 64 queries); None keeps the caller's
             setting. Small products always run on one thread; on a loaded machine one thread is often faster for
             the big ones too (benchmarks/README.md). Does not change results.

@@ -4,9 +4,10 @@
 quadratic forms against every component are one ``dtype`` product of its quadratic features with the packed
 coefficients (:meth:`~metamod.memory.hdp_stats.NIWComponents.coefficients`), in chunks of :data:`QUERY_CHUNK`
 queries so the features stay in cache; then Student-t log densities, the log mixture weights of the query's
-domain, a softmax and the ``top`` best. With numba (:mod:`metamod.memory.hdp_kernel`) the features and the ranking
-are compiled (no per-query interpreter work, no (K, n) temporaries); without it the same arithmetic runs in numpy
-(:func:`rank_logits`). Both give the same ranking; weights agree to float64 rounding.
+domain, a softmax and the ``top`` best. With numba (:mod:`metamod.memory.hdp_kernel`) and the model's ``kernel``
+"auto" or "numba", the ranking is compiled (no per-query interpreter work, no (K, n) temporaries); otherwise the
+same arithmetic runs in numpy (:func:`rank_logits`). Both give the same ranking; weights agree to float64 rounding.
+The features are built compiled whenever numba is installed (bit-identical to numpy's).
 
 >>> import numpy as np
 >>> logits = np.log(np.array([[0.2, 0.5], [0.5, 0.25], [0.3, 0.25]]))  # (K, n): 3 components, 2 queries
@@ -51,7 +52,8 @@ def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> 
     df, c, ln = comps.consts()
     order = np.zeros((n, top), dtype=np.int64)
     weights = np.zeros((n, top))
-    if hdp_kernel.AVAILABLE and n <= FUSED_MAX:  # one compiled call does everything, query by query
+    compiled = model._use_kernel()
+    if compiled and n <= FUSED_MAX:  # one compiled call does everything, query by query
         C, csq = model._centroids()
         rows = np.full(n, -1, dtype=np.int64) if doms is None else np.asarray(doms, dtype=np.int64)
         hdp_kernel.retrieve_rows_compiled(
@@ -62,7 +64,7 @@ def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> 
     rows = model._nearest_domain(Q) if doms is None else np.asarray(doms, dtype=np.int64)
     X = np.ascontiguousarray(Q - model.mu0_, dtype=comps.dtype)
     phi = np.empty((min(n, QUERY_CHUNK), coef.shape[1]), dtype=comps.dtype)
-    log_w = None if hdp_kernel.AVAILABLE else log_mixture_weights(model, K)
+    log_w = None if compiled else log_mixture_weights(model, K)
     with model._gemm_threads(n):
         for s in range(0, n, QUERY_CHUNK):
             e = min(s + QUERY_CHUNK, n)
