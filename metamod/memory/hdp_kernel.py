@@ -348,12 +348,12 @@ def _rank_row(q, log_w, df, c, ln, D, top, order, weights, lg):
 
 
 def _rank_rows(q, doms, ndk, beta, alpha, flat, df, c, ln, D, top, order, weights):
-    """:func:`_rank_row` for every query row ``b`` of the (n, K) quadratic forms ``q`` (domain ``doms[b]``)."""
+    """:func:`_rank_row` for every query row ``b`` of the (n, K) quadratic forms ``q`` (domain ``doms[b]``; 0 for
+    a flat model, whose log weights are one row)."""
     lg = np.empty(q.shape[1])
     log_w = _log_weights(ndk, beta, alpha, flat, q.shape[1])
     for b in range(q.shape[0]):
-        d = 0 if flat else doms[b]
-        _rank_row(q[b], log_w[d], df, c, ln, D, top, order[b], weights[b], lg)
+        _rank_row(q[b], log_w[doms[b]], df, c, ln, D, top, order[b], weights[b], lg)
 
 
 def _retrieve_rows(Q, mu0, C, csq, doms, ndk, beta, alpha, flat, coef, offsets, df, c, ln, top, order, weights):
@@ -372,7 +372,7 @@ def _retrieve_rows(Q, mu0, C, csq, doms, ndk, beta, alpha, flat, coef, offsets, 
             xc[a] = Q[b, a] - mu0[a]
         _features_row(xc, offsets, phi)
         q = np.dot(coef, phi)
-        _rank_row(q, log_w[0 if flat else d], df, c, ln, D, top, order[b], weights[b], lg)
+        _rank_row(q, log_w[d], df, c, ln, D, top, order[b], weights[b], lg)
 
 
 def _pack_coefficients(slots, prec, mu, offsets, coef):

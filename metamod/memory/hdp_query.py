@@ -45,7 +45,7 @@ def log_mixture_weights(model, K: int) -> np.ndarray:
 
 def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> tuple[np.ndarray, np.ndarray]:
     """``(order, weights)`` (n, top) of predictive retrieval for queries ``Q`` (original coordinates) in domains
-    ``doms`` (None: each query's nearest domain centroid)."""
+    ``doms`` (None: each query's nearest domain centroid; ignored for a flat model)."""
     comps = model.comps
     K, n = comps.size, len(Q)
     coef = comps.coefficients(K)
@@ -53,6 +53,8 @@ def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> 
     order = np.zeros((n, top), dtype=np.int64)
     weights = np.zeros((n, top))
     compiled = model._use_kernel()
+    if model.flat:  # one pooled row of mixture weights: no domain to predict
+        doms = np.zeros(n, dtype=np.int64)
     if compiled and n <= FUSED_MAX:  # one compiled call does everything, query by query
         C, csq = model._centroids()
         rows = np.full(n, -1, dtype=np.int64) if doms is None else np.asarray(doms, dtype=np.int64)
@@ -75,7 +77,8 @@ def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> 
                     df, c, ln, float(model.dim_), top, order[s:e], weights[s:e],
                 )  # fmt: skip
             else:
-                lw = log_w[np.zeros(e - s, dtype=np.int64) if model.flat else rows[s:e]].T  # (K, e - s)
-                logits = lw + t_logpdf_from_q(q.T.astype(np.float64), df[:, None], c[:, None], ln[:, None], model.dim_)
+                logits = log_w[rows[s:e]].T + t_logpdf_from_q(
+                    q.T.astype(np.float64), df[:, None], c[:, None], ln[:, None], model.dim_
+                )
                 order[s:e], weights[s:e] = rank_logits(logits, top)
     return order, weights

@@ -362,7 +362,7 @@ class NIWComponents:
         K = self.size if K is None else K
         stale = np.flatnonzero(self.stale[:K])
         if len(stale) and hdp_kernel.AVAILABLE:
-            hdp_kernel.pack_coefficients_compiled(stale, self.prec, self.mu, _triu(self.dim)[3], self.coef)
+            hdp_kernel.pack_coefficients_compiled(stale, self.prec, self.mu, feature_offsets(self.dim), self.coef)
             self.stale[stale] = False
         elif len(stale):
             iu, ju, mult, offsets = _triu(self.dim)
