@@ -226,6 +226,66 @@ def test_uncached_features_give_the_same_chain():
         HDPGMM(feature_cache_gb=-1)
 
 
+def _carried(monkeypatch, kernel: str, X, doms, **kw):
+    """A fit whose blocks always replay the logged changes (costs zeroed) when they can."""
+    from metamod.memory import hdp_forms
+
+    monkeypatch.setattr(hdp_forms, "REPLAY_COST", 0.0)
+    monkeypatch.setattr(hdp_forms, "STALE_COST", 0.0)
+    return HDPGMM(kernel=kernel, replay_forms=True, **kw).fit(X, doms)
+
+
+@pytest.mark.parametrize("kernel", ["numba", "numpy"])
+def test_replayed_forms_equal_recomputed_forms(monkeypatch, kernel):
+    """After sweeps with moves, births and compactions, every block's replayed forms equal forms computed afresh
+    from the current components (float64)."""
+    from metamod.memory import hdp_forms
+
+    if kernel == "numba" and not hdp_kernel.AVAILABLE:
+        pytest.skip("numba not installed (the [fast] extra)")
+    monkeypatch.setattr(hdp_forms, "REPLAY_COST", 0.0)
+    monkeypatch.setattr(hdp_forms, "STALE_COST", 0.0)
+    X, _, doms, _ = blobs(n=400, spread=2.0, seed=5)  # overlapping: many moves, births and emptied slots
+    model = HDPGMM(sweeps=0, seed=4, dtype="float64", block=50, init_size=40, kernel=kernel).fit(X, doms)
+    cache = model._form_cache = hdp_forms.FormCache(
+        rows=len(X), dim=X.shape[1], dtype=np.float64, slots=model.comps.n.shape[0]
+    )
+    remaps = []
+    real_remap = cache.remap
+    monkeypatch.setattr(cache, "remap", lambda alive: (remaps.append(len(alive)), real_remap(alive)))
+    moves = births = 0
+    for _ in range(4):
+        m, b = model._sweep()
+        moves, births = moves + m, births + b
+    assert moves > 50 and births > 0 and remaps and cache.replayed > 0
+    K, store = model.comps.size, model._store
+    for start in range(0, store.count, 50):
+        stop = min(start + 50, store.count)
+        Y = store.centred(start, stop, model._Xc64)
+        assert cache.replay(start, stop, Y, model.comps, compiled=kernel == "numba")
+        np.testing.assert_allclose(cache.forms_of(start, stop, K), model.comps.quad_exact(Y), rtol=1e-9, atol=1e-12)
+    assert int(cache.count[0]) == 0 or cache.base > 0  # trimmed after each sweep
+
+
+@pytest.mark.parametrize("kernel", ["numba", "numpy"])
+def test_carried_forms_give_the_recomputed_chain(monkeypatch, kernel):
+    if kernel == "numba" and not hdp_kernel.AVAILABLE:
+        pytest.skip("numba not installed (the [fast] extra)")
+    X, _, doms, _ = blobs(n=300, spread=2.5, seed=8)
+    for flat in (False, True):
+        kw = dict(sweeps=5, burn_in=0, seed=3, flat=flat, dtype="float64", init_size=40, block=64)
+        carried = _carried(monkeypatch, kernel, X, doms, **kw)
+        recomputed = HDPGMM(kernel=kernel, replay_forms=False, **kw).fit(X, doms)
+        assert sum(h["replayed"] for h in carried.history_[1:]) > 0
+        assert all(h["replayed"] == 0 for h in recomputed.history_)
+        assert [h["moves"] for h in carried.history_] == [h["moves"] for h in recomputed.history_]
+        np.testing.assert_array_equal(carried.labels_, recomputed.labels_)
+        assert carried._form_cache is None  # dropped after the fit
+        consistent(carried, X, doms)
+    float32 = _carried(monkeypatch, kernel, X, doms, sweeps=4, seed=1)  # float32 replay: statistics consistent
+    consistent(float32, X, doms)
+
+
 def test_state_saved_before_the_precision_form_still_loads(fitted):
     model, X, *_ = fitted
     arrays = model.state_arrays()

@@ -15,11 +15,13 @@ Sweep kernel (exact, blocked; :mod:`metamod.memory.hdp_sweep`): one GEMM of cach
 gives every point's quadratic form against every component (``dtype`` float32 by default, log densities in
 float64); the points are then drawn in order, and a move updates the two touched components' precisions
 (Sherman-Morrison) and the rest of the block's quadratic forms against them in O(D) per point, so the result is
-the sequential Gibbs sweep. Initialisation: an exact sequential CRP pass over a random subset of
+the sequential Gibbs sweep. During ``fit`` the forms are carried between sweeps: a block replays the rank-1 changes
+logged since its last visit instead of recomputing them when that is cheaper (``replay_forms``,
+:mod:`metamod.memory.hdp_forms`; exact). Initialisation: an exact sequential CRP pass over a random subset of
 ``init_size`` rows and ``init_sweeps`` Gibbs sweeps over them, then every other row drawn from its conditional
 given those components (a "new component" draw joins its most likely component); then ``sweeps``
-sweeps (the final state is kept; ``history_`` records K, log marginal likelihood, moves and seconds per sweep,
-flagged ``burn_in`` for the first ``burn_in`` sweeps).
+sweeps (the final state is kept; ``history_`` records K, log marginal likelihood, moves, seconds and replayed blocks per
+sweep, flagged ``burn_in`` for the first ``burn_in`` sweeps).
 
 Priors (``prior=``; explicit ``kappa0`` / ``nu0`` override the preset). ``"paper"`` is table 3: ``Psi0 =
 psi_scale x empirical covariance``, ``nu0 = D + 2``, ``kappa0 = 0.01``. ``"stable"`` (default):
@@ -63,6 +65,7 @@ import numpy as np
 from metamod.memory import hdp_kernel
 from metamod.memory import hdp_stats as hs
 from metamod.memory import hdp_support as sup
+from metamod.memory.hdp_forms import FormCache
 from metamod.memory.hdp_online import insert_rows
 from metamod.memory.hdp_query import predictive_rank, rank_logits
 from metamod.memory.hdp_state import from_state_arrays, state_arrays
@@ -108,6 +111,10 @@ class HDPGMM:
         kernel: the sweep's sequential part, the online inserts and the retrieval ranking: "numba" (compiled,
             :mod:`metamod.memory.hdp_kernel`), "numpy", or "auto" (numba when installed). Same chain either way
             (retrieval weights to rounding).
+        replay_forms: during ``fit``, keep every row's quadratic forms between sweeps and bring a block up to date
+            by replaying the rank-1 changes of the moves since its last visit instead of recomputing it, when that
+            is cheaper (:mod:`metamod.memory.hdp_forms`; a settled sweep moves a few hundred rows). Exact; results
+            change only by the GEMM dtype's rounding. Costs (K, N) float64 of memory during the fit.
         threads: BLAS threads for the big GEMMs (sweep blocks, batches of >= 64 queries); None keeps the caller's
             setting. Small products always run on one thread; on a loaded machine one thread is often faster for
             the big ones too (benchmarks/README.md). Does not change results.
@@ -137,6 +144,7 @@ class HDPGMM:
         threads: int | None = None,
         feature_cache_gb: float = 8.0,
         kernel: str = "auto",
+        replay_forms: bool = True,
     ) -> None:
         if prior not in PRIORS:
             raise ValueError(f"prior={prior!r}: expected one of {PRIORS}")
@@ -178,6 +186,7 @@ class HDPGMM:
         self.tau_new, self.birth, self.merge, self.merge_eps = tau_new, birth, bool(merge), merge_eps
         self.dtype, self.block, self.init_size, self.init_sweeps = dtype, int(block), int(init_size), int(init_sweeps)
         self.threads, self.feature_cache_gb, self.kernel = threads, float(feature_cache_gb), kernel
+        self.replay_forms = bool(replay_forms)
         self._fitted = False
 
     def get_params(self) -> dict[str, Any]:
@@ -223,23 +232,31 @@ class HDPGMM:
                 "loglik": self.log_marginal(),
                 "moves": -1,
                 "seconds": time.perf_counter() - t0,
+                "replayed": 0,
                 "burn_in": True,
             }
         ]
-        for sweep in range(1, self.sweeps + 1):
-            t0 = time.perf_counter()
-            moves, _ = self._sweep()
-            self.history_.append(
-                {
-                    "sweep": sweep,
-                    "K": self.n_components_,
-                    "loglik": self.log_marginal(),
-                    "moves": moves,
-                    "seconds": time.perf_counter() - t0,
-                    "burn_in": sweep <= self.burn_in,
-                }
-            )
-            logger.debug("sweep %d: K=%d moves=%d", sweep, self.n_components_, moves)
+        if self.replay_forms:
+            self._form_cache = FormCache(rows=n, dim=D, dtype=self.comps.dtype, slots=self.comps.n.shape[0])
+        try:
+            for sweep in range(1, self.sweeps + 1):
+                t0 = time.perf_counter()
+                replayed = 0 if self._form_cache is None else self._form_cache.replayed
+                moves, _ = self._sweep()
+                self.history_.append(
+                    {
+                        "sweep": sweep,
+                        "K": self.n_components_,
+                        "loglik": self.log_marginal(),
+                        "moves": moves,
+                        "seconds": time.perf_counter() - t0,
+                        "replayed": 0 if self._form_cache is None else self._form_cache.replayed - replayed,
+                        "burn_in": sweep <= self.burn_in,
+                    }
+                )
+                logger.debug("sweep %d: K=%d moves=%d", sweep, self.n_components_, moves)
+        finally:
+            self._form_cache = None  # valid only while fit's sweeps are the only changes
         self._medoid_dirty = True
         return self
 
@@ -267,6 +284,7 @@ class HDPGMM:
             self._rows[name] = buf
         self._n_rows = n
         self._view_rows()
+        self._form_cache: FormCache | None = None
         self._store = ScanStore(scan, dim=D, dtype=self.dtype, limit_bytes=self.feature_cache_gb * 1e9)
         # the online inserts' uniforms (birth, table): a stream of their own, so batching never changes them
         self._online_rng = np.random.default_rng([self.seed, 1])

@@ -66,9 +66,11 @@ def _rank1_apply(k, w, x, g, s_h, h, kappa0, n, S1, S2, mu, prec, logdet, update
 def _block_moves(
     Q, F, LW, Y, z, doms, logf0, u, rows, labels, start, stop, K,
     n, S1, S2, mu, prec, logdet, updates, stale, ndk, beta, beta_u,
-    df, c, ln, alpha, gamma, flat, kappa0, nu0, refresh_every,
+    df, c, ln, alpha, gamma, flat, kappa0, nu0, refresh_every, log_slot, log_g, log_scal, log_n,
 ):  # fmt: skip
-    """Process block positions ``[start, stop)``; returns ``(position, code, pick, moves)`` (see module doc)."""
+    """Process block positions ``[start, stop)``; returns ``(position, code, pick, moves)`` (see module doc).
+    Each move appends its two rank-1 changes to the log ``(log_slot, log_g, log_scal)`` at ``log_n[0]`` (room for
+    two per position reserved by the caller; an empty ``log_g`` logs nothing: :mod:`metamod.memory.hdp_forms`)."""
     B, D = Y.shape
     p = np.empty(K + 1)
     g_old = np.empty(D)
@@ -145,6 +147,15 @@ def _block_moves(
             return j, HANDBACK, pick, moves
         sh_o, sh_n = s_o / h_o, s_n / h_n
         r_o, r_n = -1.0 / (kap_o - 1.0), 1.0 / (kap_n + 1.0)
+        if log_g.shape[0] > 0:
+            e = log_n[0]
+            log_slot[e], log_slot[e + 1] = old, new
+            for i in range(D):
+                log_g[e, i] = g_old[i]
+                log_g[e + 1, i] = g_new[i]
+            log_scal[e, 0], log_scal[e, 1], log_scal[e, 2], log_scal[e, 3] = gmu_o, r_o, a_o, sh_o
+            log_scal[e + 1, 0], log_scal[e + 1, 1], log_scal[e + 1, 2], log_scal[e + 1, 3] = gmu_n, r_n, a_n, sh_n
+            log_n[0] = e + 2
         for k, w, g, sh, h in ((old, -1.0, g_old, sh_o, h_o), (new, 1.0, g_new, sh_n, h_n)):
             _rank1_apply(k, w, Y[j], g, sh, h, kappa0, n, S1, S2, mu, prec, logdet, updates, stale)
             kap_k = kappa0 + n[k]
@@ -395,6 +406,27 @@ def _pack_coefficients(slots, prec, mu, offsets, coef):
             row[npair + i] = -2.0 * pmu
             const += pmu * mu[k, i]
         row[npair + D] = const
+
+
+def _replay_forms(values, start, T, slots, scal):
+    """Add each logged change's update of the quadratic forms (``T[e]``: ``g_e . y`` of the block's rows) to row
+    ``slots[e]`` of ``values`` from column ``start`` (:mod:`metamod.memory.hdp_forms`)."""
+    E, B = T.shape
+    for e in range(E):
+        row = values[slots[e], start : start + B]
+        te = T[e]
+        g_mu, r, a, s_h = scal[e, 0], scal[e, 1], scal[e, 2], scal[e, 3]
+        w = g_mu + r * a  # q' - q = r^2 a - 2 r (x - g_mu) - s_h (x - w)^2 for x = g . y
+        const = r * r * a + 2.0 * r * g_mu
+        for b in range(B):
+            x = np.float64(te[b])
+            v = x - w
+            row[b] += const - 2.0 * r * x - s_h * v * v
+
+
+def replay_forms_compiled(*args):
+    """:func:`_replay_forms` compiled by numba (on first call)."""
+    return _compiled("replay_forms", _replay_forms)(*args)
 
 
 def pack_coefficients_compiled(*args):

@@ -105,16 +105,33 @@ def gibbs_sweep(model, stop: int | None = None) -> tuple[int, int]:
             e = min(s + model.block, hi)
             m, b = sweep_block(model, s, e, u_all[done : done + e - s])
             moves, births, done = moves + m, births + b, done + e - s
+    if model._form_cache is not None:
+        model._form_cache.trim()
     return moves, births
+
+
+def block_forms(model, start: int, stop: int, compiled: bool) -> np.ndarray:
+    """(K, B) quadratic forms of storage positions ``[start, stop)`` against every slot: replayed from the form
+    cache when that is cheaper (:mod:`metamod.memory.hdp_forms`), else one GEMM of the cached features."""
+    store, cache, K = model._store, model._form_cache, model.comps.size
+    if cache is not None:
+        with model._gemm_threads(stop - start):
+            if cache.replay(start, stop, store.centred(start, stop, model._Xc64), model.comps, compiled=compiled):
+                return cache.forms_of(start, stop, K)
+    phi = store.features(start, stop, model._Xc, model._Xc64)
+    with model._gemm_threads(stop - start):
+        Q = model.comps.quad_packed(phi)
+    if cache is not None:
+        cache.store(np.arange(K), start, stop, Q)
+        cache.recomputed += 1
+    return Q
 
 
 def sweep_block(model, start: int, stop: int, u: np.ndarray) -> tuple[int, int]:
     """Gibbs updates of the points at storage positions ``[start, stop)`` in order, with uniforms ``u``."""
     store = model._store
-    phi = store.features(start, stop, model._Xc, model._Xc64)
-    with model._gemm_threads(stop - start):
-        Q = model.comps.quad_packed(phi)
     compiled = model._use_kernel()
+    Q = block_forms(model, start, stop, compiled)
     with blas_threads(1):  # the rest is many small calls: one thread is faster
         block = _Block(model, start, store.scan[start:stop], Q, track_own=not compiled)
         if compiled:
@@ -131,16 +148,21 @@ def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
     (new-component draws, emptied components, refactorisations) go through :meth:`_Block._apply`."""
     from metamod.memory.hdp_kernel import DONE, REFRESH, block_moves
 
-    m, comps = block.model, block.comps
+    m, comps, cache = block.model, block.comps, block.model._form_cache
     moves = births = 0
     pos = 0
     while pos < block.size:
         consts = comps.consts_padded(block.Q.shape[0])
+        if cache is not None:
+            cache.reserve(2 * (block.size - pos))
+            log = (cache.slot, cache.g, cache.scal, cache.count)
+        else:
+            log = _NO_LOG
         pos, code, pick, done = block_moves(
             block.Q, block.F, block.LW, block.Y, block.z, block.doms, block.logf0, u, block.rows, m._z, pos,
             block.size, comps.size, comps.n, comps.S1, comps.S2, comps.mu, comps.prec, comps.logdet, comps.updates,
             comps.stale, m._ndk, m._beta, np.array([m._beta_u]), *consts, float(m.alpha), float(m.gamma),
-            bool(m.flat), float(m.kappa0_), float(m.nu0_), float(comps.refresh_every),
+            bool(m.flat), float(m.kappa0_), float(m.nu0_), float(comps.refresh_every), *log,
         )  # fmt: skip
         comps.version += 1  # the kernel changed statistics in place: drop cached constants
         moves += done
@@ -154,6 +176,9 @@ def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
         moves += int(block.z[pos] != old)
         pos += 1
     return moves, births
+
+
+_NO_LOG = (np.empty(0, dtype=np.int64), np.empty((0, 1)), np.empty((0, 4)), np.zeros(1, dtype=np.int64))
 
 
 class _Block:
@@ -265,6 +290,9 @@ class _Block:
             self._own_terms(np.arange(j + 1, self.size))
             return 0
         change_old = comps.remove(old, x)
+        cache = model._form_cache
+        if cache is not None:
+            cache.record(old, change_old)
         model._ndk[d, old] -= 1
         if comps.n[old] <= 1e-9 and not model.flat:
             model._beta_u += model._beta[old]
@@ -277,6 +305,8 @@ class _Block:
                 self.Q, self.F = np.vstack([self.Q, grow]), np.vstack([self.F, grow])
                 self.LW = np.hstack([self.LW, np.zeros((self.LW.shape[0], 16))])
         change_new = model._assign(i, new, x)
+        if cache is not None:
+            cache.record(new, None if born else change_new)
         self.z[j] = new
         self._follow(j + 1, [(old, change_old), (new, None if born else change_new)])
         self._weights([old, new])
@@ -390,6 +420,8 @@ def compact(model) -> int:
         remap = np.full(K, -1, dtype=np.int64)
         remap[alive] = np.arange(len(alive))
         model.comps.keep(alive)
+        if model._form_cache is not None:
+            model._form_cache.remap(alive)
         model._ndk[:, : len(alive)] = model._ndk[:, alive]
         model._mdk[:, : len(alive)] = model._mdk[:, alive]
         model._beta[: len(alive)] = model._beta[alive]
