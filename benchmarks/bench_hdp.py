@@ -151,7 +151,7 @@ def best_of(fn, reps: int = 5) -> float:
     return min(times)
 
 
-def speed(n: int, sweeps: int, dim: int, threads: int) -> HDPGMM:
+def speed(n: int, sweeps: int, dim: int, threads: int, save_state: str | None = None) -> HDPGMM:
     X, labels, doms = synth(n, dim=dim)  # the same rows as before the held-out rows were added to the benchmark
     more, _, more_doms = synth(n + 4000, dim=dim)  # same mixture (means, scales, weights), other draws
     held, held_doms = more[n:], more_doms[n:]  # in-distribution rows for the online inserts (2 x 2,000)
@@ -169,6 +169,8 @@ def speed(n: int, sweeps: int, dim: int, threads: int) -> HDPGMM:
     per_sweep = [h["seconds"] for h in hist[1:]]
     K = model.n_components_
     state = model.state_arrays()
+    if save_state:
+        np.savez(save_state, **state)
     gemm_s = gemm_pass(model)
     side = {}  # one more settled sweep from the same state with each kernel (the same chain: same moves)
     for name in ("numba", "numpy") if hdp_kernel.AVAILABLE else ("numpy",):
@@ -308,6 +310,9 @@ def main() -> None:
     parser.add_argument("--big_sweeps", type=int, default=5, help="sweeps at the paper-scale N")
     parser.add_argument("--sklearn_n", type=int, default=10000)
     parser.add_argument(
+        "--save_state", default=None, help="speed: also save the fitted model's state_arrays here (.npz, to profile)"
+    )
+    parser.add_argument(
         "--sklearn_max_iter", type=int, default=100, help="BGMM max_iter (its own default tol decides when it stops)"
     )
     args = parser.parse_args()
@@ -329,7 +334,7 @@ def main() -> None:
             if args.sklearn_n != args.big:
                 sklearn_iteration(args.big, dim, args.threads)
         if args.only in ("all", "speed"):
-            speed(args.big, args.big_sweeps, dim, args.threads)
+            speed(args.big, args.big_sweeps, dim, args.threads, save_state=args.save_state)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ change the forms only by rounding. The replayed forms differ from recomputed one
 >>> _ = comps.add(k, np.array([1.0, 0.0]))
 >>> Y = np.array([[0.5, -1.0], [2.0, 1.0]])
 >>> cache = FormCache(rows=2, dim=2, dtype=np.float64)
->>> cache.store(np.array([0]), 0, 2, comps.quad_exact(Y))  # forms of the two rows, current at log position 0
+>>> cache.store(1, 0, 2, comps.quad_exact(Y))  # forms of the two rows against slot 0, current now
 >>> cache.record(k, comps.add(k, np.array([0.0, 3.0])))    # a logged rank-1 change of slot k
 >>> cache.replay(0, 2, Y, comps)
 True
@@ -47,18 +47,25 @@ REPLAY_COST = 1.5
 STALE_COST = 5.0
 
 
+NEVER = np.iinfo(np.int64).max  # the epoch of a free row: always stale, its entries never replayed
+
+
 class FormCache:
-    """Quadratic forms (slots x storage positions, float64), the log position each position is current at, and
-    the log of rank-1 changes (slot, ``g`` in the GEMM dtype, ``(g . mu, r, a, s_h)``)."""
+    """Quadratic forms (rows x storage positions, float64; slot ``k`` lives in row ``row_of[k]``, so a compaction
+    moves no forms), the log position each storage position is current at, and the log of rank-1 changes (row,
+    ``g`` in the GEMM dtype, ``(g . mu, r, a, s_h)``; row -1: a marker)."""
 
     def __init__(self, *, rows: int, dim: int, dtype, slots: int = 16, capacity: int = 4096) -> None:
         self.dim, self.dtype = dim, np.dtype(dtype)
         self.values = np.zeros((max(16, slots), rows))
         self.synced = np.full(rows, -1, dtype=np.int64)  # log position the forms are current at (-1: never)
-        self.epoch = np.zeros(self.values.shape[0], dtype=np.int64)  # recompute a slot for positions synced before
+        self.epoch = np.full(self.values.shape[0], NEVER, dtype=np.int64)  # positions synced before: recompute
+        self.row_of = np.empty(self.values.shape[0], dtype=np.int64)
+        self.mapped = 0  # slots [0, mapped) have rows
+        self.free = list(range(self.values.shape[0] - 1, -1, -1))
         self.base = 0  # log position of entry 0
         self.count = np.zeros(1, dtype=np.int64)  # entries held (an array: the compiled kernel appends in place)
-        self.slot = np.empty(capacity, dtype=np.int64)
+        self.row = np.empty(capacity, dtype=np.int64)
         self.g = np.empty((capacity, dim), dtype=self.dtype)
         self.scal = np.empty((capacity, 4))  # g . mu, r, a, s_h
         self.replayed = self.recomputed = 0  # blocks served each way (for benchmarks and tests)
@@ -71,47 +78,60 @@ class FormCache:
     def reserve(self, extra: int) -> None:
         """Room for ``extra`` more entries (the compiled kernel appends without bounds checks)."""
         need = int(self.count[0]) + extra
-        if need > len(self.slot):
-            cap = max(need, 2 * len(self.slot))
+        if need > len(self.row):
+            cap = max(need, 2 * len(self.row))
             n = int(self.count[0])
-            for name in ("slot", "g", "scal"):
+            for name in ("row", "g", "scal"):
                 old = getattr(self, name)
                 new = np.empty((cap, *old.shape[1:]), dtype=old.dtype)
                 new[:n] = old[:n]
                 setattr(self, name, new)
 
-    def _slots(self, K: int) -> None:
-        if K > self.values.shape[0]:
-            extra = max(K, 2 * self.values.shape[0]) - self.values.shape[0]
-            self.values = np.vstack([self.values, np.zeros((extra, self.values.shape[1]))])
-            self.epoch = np.concatenate([self.epoch, np.full(extra, self.end + 1, dtype=np.int64)])
+    def _mark(self, r: int) -> None:
+        """Append a marker entry; positions current before it recompute row ``r``."""
+        self.reserve(1)
+        self.row[int(self.count[0])] = -1
+        self.count[0] += 1
+        self.epoch[r] = self.end
+
+    def _map(self, K: int) -> None:
+        """Give slots ``[mapped, K)`` rows (free ones first), each stale for every position so far."""
+        while self.mapped < K:
+            if not self.free:
+                R = self.values.shape[0]
+                self.values = np.vstack([self.values, np.zeros((R, self.values.shape[1]))])
+                self.epoch = np.concatenate([self.epoch, np.full(R, NEVER, dtype=np.int64)])
+                self.free = list(range(2 * R - 1, R - 1, -1))
+            if self.mapped == len(self.row_of):
+                self.row_of = np.concatenate([self.row_of, np.empty(len(self.row_of), dtype=np.int64)])
+            r = self.free.pop()
+            self.row_of[self.mapped] = r
+            self.mapped += 1
+            self._mark(r)
 
     def record(self, k: int, change: Rank1 | None) -> None:
-        """Log a change of slot ``k`` (None: one that cannot be replayed: a marker entry, and the slot's forms are
+        """Log a change of slot ``k`` (None: one that cannot be replayed; a marker, and the slot's forms are
         recomputed for every position current before it)."""
-        self._slots(k + 1)
+        self._map(k + 1)
+        if change is None:
+            self._mark(int(self.row_of[k]))
+            return
         self.reserve(1)
         e = int(self.count[0])
-        if change is None:
-            self.slot[e] = -1
-        else:
-            self.slot[e], self.g[e] = k, change.g
-            self.scal[e] = change.g_mu, change.r, change.a, change.s_h
+        self.row[e], self.g[e] = self.row_of[k], change.g
+        self.scal[e] = change.g_mu, change.r, change.a, change.s_h
         self.count[0] += 1
-        if change is None:
-            self.epoch[k] = self.end
 
     def remap(self, alive: np.ndarray) -> None:
-        """Slots were compacted to ``alive`` (in that order): move their forms, drop the others' entries."""
-        K = len(alive)
-        remap = np.full(self.values.shape[0], -1, dtype=np.int64)
-        remap[alive] = np.arange(K)
-        self.values[:K] = self.values[alive]
-        self.epoch[:K] = self.epoch[alive]
-        self.epoch[K:] = self.end + 1  # unused rows: never replayed
-        n = int(self.count[0])
-        live = self.slot[:n] >= 0
-        self.slot[:n][live] = remap[self.slot[:n][live]]
+        """Slots were compacted to ``alive`` (in that order): renumber them and free the others' rows."""
+        if len(alive):
+            self._map(int(alive.max()) + 1)
+        rows = self.row_of[: self.mapped].copy()
+        dropped = np.setdiff1d(rows, rows[alive])
+        self.row_of[: len(alive)] = rows[alive]
+        self.mapped = len(alive)
+        self.epoch[dropped] = NEVER
+        self.free.extend(int(r) for r in dropped)
 
     def trim(self) -> None:
         """Drop the entries every position has replayed (or never will: positions not yet computed)."""
@@ -121,46 +141,46 @@ class FormCache:
         drop = int(seen.min()) - self.base
         if drop > 0:
             n = int(self.count[0]) - drop
-            for arr in (self.slot, self.g, self.scal):
+            for arr in (self.row, self.g, self.scal):
                 arr[:n] = arr[drop : drop + n]
             self.count[0], self.base = n, self.base + drop
 
-    def store(self, slots: np.ndarray, start: int, stop: int, values: np.ndarray) -> None:
-        """Forms of positions ``[start, stop)`` for ``slots`` (K, B), current now."""
-        self._slots(len(slots))
-        self.values[slots, start:stop] = values
+    def store(self, K: int, start: int, stop: int, values: np.ndarray) -> None:
+        """Forms (K, B) of positions ``[start, stop)`` against slots ``[0, K)``, current now."""
+        self._map(K)
+        self.values[self.row_of[:K], start:stop] = values
         self.synced[start:stop] = self.end
 
     def forms_of(self, start: int, stop: int, K: int) -> np.ndarray:
-        """(K, B) forms of positions ``[start, stop)`` (a view)."""
-        return self.values[:K, start:stop]
+        """(K, B) forms of positions ``[start, stop)`` against slots ``[0, K)`` (a copy)."""
+        return self.values[self.row_of[:K], start:stop]
 
     def replay(self, start: int, stop: int, Y: np.ndarray, comps, *, compiled: bool = False) -> bool:
         """Bring positions ``[start, stop)`` (centred rows ``Y``, float64) up to date by replaying the log; False
         (nothing changed) when they were never computed, are current at different positions, or recomputing them
         from the features is cheaper."""
         K, D = comps.size, self.dim
-        self._slots(K)
+        self._map(K)
         at = self.synced[start:stop]
         since = int(at[0])
         if since < 0 or since < self.base or (at != since).any():
             return False
         lo, hi = since - self.base, int(self.count[0])
-        slots = self.slot[lo:hi]
-        stale = np.flatnonzero(self.epoch[:K] > since)
-        keep = lo + np.flatnonzero((slots >= 0) & (self.epoch[np.maximum(slots, 0)] <= since))
+        rows = self.row[lo:hi]
+        stale = np.flatnonzero(self.epoch[self.row_of[:K]] > since)
+        keep = lo + np.flatnonzero((rows >= 0) & (self.epoch[np.maximum(rows, 0)] <= since))
         F = n_features(D)
         if REPLAY_COST * len(keep) * D + STALE_COST * len(stale) * F >= K * F:
             return False
         if len(keep):
             T = self.g[keep] @ Y.astype(self.dtype, copy=False).T  # (changes, B) g . y in the GEMM dtype
             if compiled:
-                hdp_kernel.replay_forms_compiled(self.values, start, T, self.slot[keep], self.scal[keep])
+                hdp_kernel.replay_forms_compiled(self.values, start, T, self.row[keep], self.scal[keep])
             else:
-                _replay_numpy(self.values, start, T, self.slot[keep], self.scal[keep])
+                _replay_numpy(self.values, start, T, self.row[keep], self.scal[keep])
         for k in stale:
             if comps.n[k] > 1e-9:
-                self.values[k, start:stop] = slot_forms(Y, comps, int(k), self.dtype)
+                self.values[self.row_of[k], start:stop] = slot_forms(Y, comps, int(k), self.dtype)
         self.synced[start:stop] = self.end
         self.replayed += 1
         return True
@@ -174,7 +194,7 @@ def slot_forms(Y: np.ndarray, comps, k: int, dtype) -> np.ndarray:
 
 
 def _replay_numpy(values: np.ndarray, start: int, T: np.ndarray, slots: np.ndarray, scal: np.ndarray) -> None:
-    """Add every change's form update to its slot's row (numpy; :func:`hdp_kernel._replay_forms` compiled)."""
+    """Add every change's form update to its row of ``values`` (numpy; :func:`hdp_kernel._replay_forms` compiled)."""
     g_mu, r, a, s_h = (scal[:, i : i + 1] for i in range(4))
     x = T.astype(np.float64)
     v = x - (g_mu + r * a)

@@ -66,11 +66,12 @@ def _rank1_apply(k, w, x, g, s_h, h, kappa0, n, S1, S2, mu, prec, logdet, update
 def _block_moves(
     Q, F, LW, Y, z, doms, logf0, u, rows, labels, start, stop, K,
     n, S1, S2, mu, prec, logdet, updates, stale, ndk, beta, beta_u,
-    df, c, ln, alpha, gamma, flat, kappa0, nu0, refresh_every, log_slot, log_g, log_scal, log_n,
+    df, c, ln, alpha, gamma, flat, kappa0, nu0, refresh_every, log_rows, log_row, log_g, log_scal, log_n,
 ):  # fmt: skip
     """Process block positions ``[start, stop)``; returns ``(position, code, pick, moves)`` (see module doc).
-    Each move appends its two rank-1 changes to the log ``(log_slot, log_g, log_scal)`` at ``log_n[0]`` (room for
-    two per position reserved by the caller; an empty ``log_g`` logs nothing: :mod:`metamod.memory.hdp_forms`)."""
+    Each move appends its two rank-1 changes to the log ``(log_row, log_g, log_scal)`` at ``log_n[0]``, as the
+    slots' rows ``log_rows[slot]`` (room for two per position reserved by the caller; an empty ``log_g`` logs
+    nothing: :mod:`metamod.memory.hdp_forms`)."""
     B, D = Y.shape
     p = np.empty(K + 1)
     g_old = np.empty(D)
@@ -149,7 +150,7 @@ def _block_moves(
         r_o, r_n = -1.0 / (kap_o - 1.0), 1.0 / (kap_n + 1.0)
         if log_g.shape[0] > 0:
             e = log_n[0]
-            log_slot[e], log_slot[e + 1] = old, new
+            log_row[e], log_row[e + 1] = log_rows[old], log_rows[new]
             for i in range(D):
                 log_g[e, i] = g_old[i]
                 log_g[e + 1, i] = g_new[i]
@@ -408,12 +409,12 @@ def _pack_coefficients(slots, prec, mu, offsets, coef):
         row[npair + D] = const
 
 
-def _replay_forms(values, start, T, slots, scal):
+def _replay_forms(values, start, T, rows, scal):
     """Add each logged change's update of the quadratic forms (``T[e]``: ``g_e . y`` of the block's rows) to row
-    ``slots[e]`` of ``values`` from column ``start`` (:mod:`metamod.memory.hdp_forms`)."""
+    ``rows[e]`` of ``values`` from column ``start`` (:mod:`metamod.memory.hdp_forms`)."""
     E, B = T.shape
     for e in range(E):
-        row = values[slots[e], start : start + B]
+        row = values[rows[e], start : start + B]
         te = T[e]
         g_mu, r, a, s_h = scal[e, 0], scal[e, 1], scal[e, 2], scal[e, 3]
         w = g_mu + r * a  # q' - q = r^2 a - 2 r (x - g_mu) - s_h (x - w)^2 for x = g . y

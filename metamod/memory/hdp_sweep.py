@@ -122,7 +122,7 @@ def block_forms(model, start: int, stop: int, compiled: bool) -> np.ndarray:
     with model._gemm_threads(stop - start):
         Q = model.comps.quad_packed(phi)
     if cache is not None:
-        cache.store(np.arange(K), start, stop, Q)
+        cache.store(K, start, stop, Q)
         cache.recomputed += 1
     return Q
 
@@ -155,7 +155,7 @@ def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
         consts = comps.consts_padded(block.Q.shape[0])
         if cache is not None:
             cache.reserve(2 * (block.size - pos))
-            log = (cache.slot, cache.g, cache.scal, cache.count)
+            log = (cache.row_of, cache.row, cache.g, cache.scal, cache.count)
         else:
             log = _NO_LOG
         pos, code, pick, done = block_moves(
@@ -178,7 +178,13 @@ def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
     return moves, births
 
 
-_NO_LOG = (np.empty(0, dtype=np.int64), np.empty((0, 1)), np.empty((0, 4)), np.zeros(1, dtype=np.int64))
+_NO_LOG = (
+    np.empty(0, dtype=np.int64),
+    np.empty(0, dtype=np.int64),
+    np.empty((0, 1)),
+    np.empty((0, 4)),
+    np.zeros(1, dtype=np.int64),
+)
 
 
 class _Block:
