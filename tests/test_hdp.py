@@ -245,8 +245,9 @@ def test_replayed_forms_equal_recomputed_forms(monkeypatch, kernel):
         pytest.skip("numba not installed (the [fast] extra)")
     monkeypatch.setattr(hdp_forms, "REPLAY_COST", 0.0)
     monkeypatch.setattr(hdp_forms, "STALE_COST", 0.0)
-    X, _, doms, _ = blobs(n=400, spread=2.0, seed=5)  # overlapping: many moves, births and emptied slots
-    model = HDPGMM(sweeps=0, seed=4, dtype="float64", block=50, init_size=40, kernel=kernel).fit(X, doms)
+    X, _, doms, _ = blobs(n=500, k=30, spread=2.0, seed=5)  # overlapping + large concentrations: moves, births,
+    kw = dict(gamma=50.0, alpha=20.0, dtype="float64", block=50, init_size=40, kernel=kernel)  # emptied slots, K > 16
+    model = HDPGMM(sweeps=0, seed=4, **kw).fit(X, doms)
     cache = model._form_cache = hdp_forms.FormCache(
         rows=len(X), dim=X.shape[1], dtype=np.float64, slots=model.comps.n.shape[0]
     )
@@ -257,8 +258,8 @@ def test_replayed_forms_equal_recomputed_forms(monkeypatch, kernel):
     for _ in range(4):
         m, b = model._sweep()
         moves, births = moves + m, births + b
-    assert moves > 50 and births > 0 and remaps and cache.replayed > 0
     K, store = model.comps.size, model._store
+    assert moves > 50 and births > 0 and remaps and cache.replayed > 0 and cache.values.shape[0] > 16 < K
     for start in range(0, store.count, 50):
         stop = min(start + 50, store.count)
         Y = store.centred(start, stop, model._Xc64)
@@ -272,8 +273,9 @@ def test_carried_forms_give_the_recomputed_chain(monkeypatch, kernel):
     if kernel == "numba" and not hdp_kernel.AVAILABLE:
         pytest.skip("numba not installed (the [fast] extra)")
     X, _, doms, _ = blobs(n=300, spread=2.5, seed=8)
-    for flat in (False, True):
-        kw = dict(sweeps=5, burn_in=0, seed=3, flat=flat, dtype="float64", init_size=40, block=64)
+    base = dict(sweeps=5, burn_in=0, seed=3, dtype="float64", init_size=40, block=64)
+    for extra in ({"flat": False}, {"flat": True}, {"gamma": 50.0, "alpha": 20.0}):  # the last: K grows past 16
+        kw = {**base, **extra}
         carried = _carried(monkeypatch, kernel, X, doms, **kw)
         recomputed = HDPGMM(kernel=kernel, replay_forms=False, **kw).fit(X, doms)
         assert sum(h["replayed"] for h in carried.history_[1:]) > 0
