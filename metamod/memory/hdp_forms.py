@@ -8,12 +8,12 @@ rows, and each move is a rank-1 change of two slots whose effect on *any* point'
 the terms after ``q`` do not depend on ``q``). So forms computed at one visit of a block stay exact after the
 changes logged since are *replayed*: one GEMM of the block's rows with the logged ``g`` vectors (``D``
 multiply-adds per point and change) and an O(1) update per point and change. A block replays when that is cheaper
-than recomputing (:meth:`FormCache.forms`) and recomputes from its features otherwise (and on its first visit).
+than recomputing (:meth:`FormCache.replay`) and recomputes from its features otherwise (and on its first visit).
 A slot whose forms cannot be replayed (a birth into it, a reset) is marked at that log position and recomputed
 around its mean (:func:`slot_forms`) for each block on that block's next visit.
 
 The cache lives only during :meth:`~metamod.memory.hdp.HDPGMM.fit`'s sweeps (``replay_forms=True``): every change
-of a component there goes through a move (logged by the compiled kernel or by
+of a component there goes through a move or a birth (logged by the compiled kernel or by
 :meth:`~metamod.memory.hdp_sweep._Block._apply`) or a compaction (:meth:`FormCache.remap`); refactorisations
 change the forms only by rounding. The replayed forms differ from recomputed ones by the GEMM dtype's rounding
 (tested against float64 forms after sweeps with moves, births and compactions).
@@ -45,8 +45,6 @@ from metamod.memory.hdp_stats import Rank1, n_features
 # share of the feature GEMM ~0.21 ms (so one change ~ D / F x 1.3 slots), recomputing a stale slot ~0.9 ms.
 REPLAY_COST = 1.5
 STALE_COST = 5.0
-
-
 NEVER = np.iinfo(np.int64).max  # the epoch of a free row: always stale, its entries never replayed
 
 

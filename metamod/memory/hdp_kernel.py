@@ -9,7 +9,9 @@ the rest of the block's ``Q`` / ``F`` rows. It stops and hands the point back to
 rarer: a draw of a new component (birth or beta re-split: those use the model's random generator), a component
 emptied or an ill-conditioned downdate; before a change of a slot due for refactorisation it returns ``REFRESH``
 (the caller refactorises those slots from their statistics and re-enters at the same point). With the same uniforms both paths give the same
-chain (tested in float64); the compiled one removes the per-point interpreter overhead.
+chain (tested in float64); the compiled one removes the per-point interpreter overhead. During a fit it also logs
+each move's two rank-1 changes for the form cache, and :func:`replay_forms_compiled` replays them onto a block's
+carried forms (:mod:`metamod.memory.hdp_forms`).
 
 The online inserts (:func:`insert_rows_compiled`, :mod:`metamod.memory.hdp_online`) and the retrieval scores
 (:mod:`metamod.memory.hdp_query`: quadratic features, ranking, and one call for a few queries) are compiled the
