@@ -158,7 +158,7 @@ def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
             cache.reserve(2 * (block.size - pos))
             log = (cache.row_of, cache.row, cache.g, cache.scal, cache.count)
         else:
-            log = _NO_LOG
+            log = _no_log(comps.dtype)
         pos, code, pick, done = block_moves(
             block.Q, block.F, block.LW, block.Y, block.z, block.doms, block.logf0, u, block.rows, m._z, pos,
             block.size, comps.size, comps.n, comps.S1, comps.S2, comps.mu, comps.prec, comps.logdet, comps.updates,
@@ -179,13 +179,16 @@ def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
     return moves, births
 
 
-_NO_LOG = (
-    np.empty(0, dtype=np.int64),
-    np.empty(0, dtype=np.int64),
-    np.empty((0, 1)),
-    np.empty((0, 4)),
-    np.zeros(1, dtype=np.int64),
-)
+def _no_log(dtype) -> tuple:
+    """Empty log arrays for the kernel when no form cache is active (``g`` in the cache's dtype: one compiled
+    specialisation serves both)."""
+    return (
+        np.empty(0, dtype=np.int64),
+        np.empty(0, dtype=np.int64),
+        np.empty((0, 1), dtype=dtype),
+        np.empty((0, 4)),
+        np.zeros(1, dtype=np.int64),
+    )
 
 
 class _Block:
