@@ -67,7 +67,7 @@ from metamod.memory import hdp_stats as hs
 from metamod.memory import hdp_support as sup
 from metamod.memory.hdp_forms import FormCache
 from metamod.memory.hdp_online import insert_rows
-from metamod.memory.hdp_query import predictive_rank, rank_logits
+from metamod.memory.hdp_query import centroid_logits, predictive_rank, rank_logits
 from metamod.memory.hdp_state import from_state_arrays, state_arrays
 from metamod.memory.hdp_stats import NIWComponents, quad_features, t_logpdf_from_q
 from metamod.memory.hdp_support import as_domain, as_rows, blas_threads
@@ -537,28 +537,11 @@ class HDPGMM:
                 doms = as_domain(np.broadcast_to(np.asarray(domain), (len(Q),)), "domain", n_domains=self.n_domains_)
             order, weights = predictive_rank(self, Q, doms, top)
         else:
-            order, weights = rank_logits(self._centroid_logits(Q - self.mu0_), top)
+            order, weights = rank_logits(centroid_logits(self, Q - self.mu0_), top)
         medoids = self._current_medoids()[order]
         hits = list(zip(order.ravel().tolist(), weights.ravel().tolist(), medoids.ravel().tolist(), strict=True))
         keep = [top] * len(Q) if threshold is None else (weights >= threshold).sum(axis=1).tolist()
         return [hits[b * top : b * top + c] for b, c in enumerate(keep)]
-
-    def _centroid_logits(self, Qc: np.ndarray) -> np.ndarray:
-        """(K, n) BC-centroids logits ``-d^2 / (2 s^2)`` of centred queries (see :meth:`retrieve`)."""
-        K, c = self.comps.size, self.comps
-        d2 = (
-            np.einsum("kd,kd->k", c.mu[:K], c.mu[:K])[:, None]
-            - 2.0 * c.mu[:K] @ Qc.T
-            + np.einsum("ij,ij->i", Qc, Qc)[None, :]
-        )
-        n = c.n[:K]
-        trace_psi = (
-            np.trace(self.psi0_)
-            + np.einsum("kii->k", c.S2[:K])
-            - (self.kappa0_ + n) * np.einsum("kd,kd->k", c.mu[:K], c.mu[:K])
-        )
-        scale = np.mean(trace_psi / (self.nu0_ + n - self.dim_ - 1.0)) / self.dim_
-        return -d2 / (2.0 * scale)
 
     def partial_fit(self, x: np.ndarray, domain: int) -> dict[str, Any]:
         """Online insert of one row (appended as row n): novelty birth or soft fold-in (see issue part 4).

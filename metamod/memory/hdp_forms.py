@@ -148,6 +148,7 @@ class FormCache:
         self._map(K)
         self.values[self.row_of[:K], start:stop] = values
         self.synced[start:stop] = self.end
+        self.recomputed += 1
 
     def forms_of(self, start: int, stop: int, K: int) -> np.ndarray:
         """(K, B) forms of positions ``[start, stop)`` against slots ``[0, K)`` (a copy)."""

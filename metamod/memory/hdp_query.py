@@ -7,7 +7,8 @@ queries so the features stay in cache; then Student-t log densities, the log mix
 domain, a softmax and the ``top`` best. With numba (:mod:`metamod.memory.hdp_kernel`) and the model's ``kernel``
 "auto" or "numba", the ranking is compiled (no per-query interpreter work, no (K, n) temporaries); otherwise the
 same arithmetic runs in numpy (:func:`rank_logits`). Both give the same ranking; weights agree to float64 rounding.
-The features are built compiled whenever numba is installed (bit-identical to numpy's).
+The features are built compiled whenever numba is installed (bit-identical to numpy's). BC-centroids ranks
+components by distance to their posterior means instead (:func:`centroid_logits`).
 
 >>> import numpy as np
 >>> logits = np.log(np.array([[0.2, 0.5], [0.5, 0.25], [0.3, 0.25]]))  # (K, n): 3 components, 2 queries
@@ -82,3 +83,23 @@ def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> 
                 )
                 order[s:e], weights[s:e] = rank_logits(logits, top)
     return order, weights
+
+
+def centroid_logits(model, Qc: np.ndarray) -> np.ndarray:
+    """(K, n) BC-centroids logits ``-d^2 / (2 s^2)`` of centred queries: squared distance to each posterior mean,
+    ``s^2`` the mean per-dimension variance of the components' posterior-mean covariances
+    (:meth:`~metamod.memory.hdp.HDPGMM.retrieve` with ``method="centroids"``)."""
+    K, c = model.comps.size, model.comps
+    d2 = (
+        np.einsum("kd,kd->k", c.mu[:K], c.mu[:K])[:, None]
+        - 2.0 * c.mu[:K] @ Qc.T
+        + np.einsum("ij,ij->i", Qc, Qc)[None, :]
+    )
+    n = c.n[:K]
+    trace_psi = (
+        np.trace(model.psi0_)
+        + np.einsum("kii->k", c.S2[:K])
+        - (model.kappa0_ + n) * np.einsum("kd,kd->k", c.mu[:K], c.mu[:K])
+    )
+    scale = np.mean(trace_psi / (model.nu0_ + n - model.dim_ - 1.0)) / model.dim_
+    return -d2 / (2.0 * scale)

@@ -8,8 +8,8 @@ quadratic features as a view instead of gathering rows.
 
 Per block of ``block`` points (one GEMM, :meth:`NIWComponents.quad_packed`; during a fit, the forms carried from
 the block's last visit with the rank-1 changes logged since replayed, when cheaper: :func:`block_forms`,
-:mod:`metamod.memory.hdp_forms`): every point's Psi-metric quadratic form against every component. Then the block is processed in sub-blocks of :data:`EVENT_BLOCK` points: all
-remaining points of the sub-block are drawn at once by inverse CDF with one pre-drawn uniform each; at the first
+:mod:`metamod.memory.hdp_forms`): every point's Psi-metric quadratic form against every component. Then the
+block is processed in sub-blocks of :data:`EVENT_BLOCK` points: all remaining points of the sub-block are drawn at once by inverse CDF with one pre-drawn uniform each; at the first
 point whose draw changes the state (a move, a birth, a beta re-split) the change is applied and the sub-block is
 redrawn from the next point. A move is a rank-1 change of two components (:class:`~metamod.memory.hdp_stats.Rank1`),
 so the quadratic forms of the rest of the block against them are updated in O(D) per point, not recomputed.
@@ -124,7 +124,6 @@ def block_forms(model, start: int, stop: int, compiled: bool) -> np.ndarray:
         Q = model.comps.quad_packed(phi)
     if cache is not None:
         cache.store(K, start, stop, Q)
-        cache.recomputed += 1
     return Q
 
 
