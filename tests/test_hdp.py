@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 import pytest
 from scipy.stats import multivariate_t
@@ -90,15 +92,21 @@ def test_rank1_updates_between_refactorisations_do_not_drift():
     D = 24
     A = rng.normal(size=(D, D)) / np.sqrt(D)
     cov = A @ A.T + 0.1 * np.eye(D)
-    X = rng.normal(size=(700, D)) @ np.linalg.cholesky(cov).T
     comps = NIWComponents(dim=D, kappa0=1.0, nu0=2 * D + 2, psi0=cov * (D + 1), dtype=np.float64)
+    X = rng.normal(size=(400 + comps.refresh_every, D)) @ np.linalg.cholesky(cov).T
     k = comps.new_slot()
     for x in X[:400]:
         comps.add(k, x)
     comps.refresh(k)
+    live, fresh = deque((j, 1.0) for j in range(400)), iter(range(400, len(X)))
     for t in range(comps.refresh_every - 1):  # the most changes a slot takes before it is refactorised
-        comps.add(k, X[400 + t], 0.5) if t % 2 else comps.remove(k, X[t])
-    assert comps.updates[k] == comps.refresh_every - 1
+        if t % 2:  # add a new row with weight 0.5, or remove the oldest live row with its weight
+            live.append((next(fresh), 0.5))
+            comps.add(k, X[live[-1][0]], 0.5)
+        else:
+            j, w = live.popleft()
+            comps.remove(k, X[j], w)
+    assert comps.updates[k] == comps.refresh_every - 1 and comps.n[k] > 150
     P, logdet = comps.prec[k].copy(), comps.logdet[k]
     comps.refresh(k)
     np.testing.assert_allclose(P, comps.prec[k], rtol=0, atol=1e-12 * np.abs(P).max())

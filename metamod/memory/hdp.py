@@ -539,9 +539,10 @@ class HDPGMM:
         else:
             order, weights = rank_logits(centroid_logits(self, Q - self.mu0_), top)
         medoids = self._current_medoids()[order]
-        hits = list(zip(order.ravel().tolist(), weights.ravel().tolist(), medoids.ravel().tolist(), strict=True))
-        keep = [top] * len(Q) if threshold is None else (weights >= threshold).sum(axis=1).tolist()
-        return [hits[b * top : b * top + c] for b, c in enumerate(keep)]
+        hits = [list(zip(*row)) for row in zip(order.tolist(), weights.tolist(), medoids.tolist())]
+        if threshold is None:
+            return hits
+        return [row[:c] for row, c in zip(hits, (weights >= threshold).sum(axis=1).tolist())]
 
     def partial_fit(self, x: np.ndarray, domain: int) -> dict[str, Any]:
         """Online insert of one row (appended as row n): novelty birth or soft fold-in (see issue part 4).
