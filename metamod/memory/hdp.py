@@ -539,7 +539,8 @@ class HDPGMM:
         else:
             order, weights = rank_logits(centroid_logits(self, Q - self.mu0_), top)
         medoids = self._current_medoids()[order]
-        hits = [list(zip(*row)) for row in zip(order.tolist(), weights.tolist(), medoids.tolist())]
+        rows = zip(order.tolist(), weights.tolist(), medoids.tolist(), strict=True)
+        hits = [list(zip(*row, strict=True)) for row in rows]
         if threshold is None:
             return hits
         return [row[:c] for row, c in zip(hits, (weights >= threshold).sum(axis=1).tolist())]
