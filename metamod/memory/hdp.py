@@ -543,7 +543,7 @@ class HDPGMM:
         hits = [list(zip(*row, strict=True)) for row in rows]
         if threshold is None:
             return hits
-        return [row[:c] for row, c in zip(hits, (weights >= threshold).sum(axis=1).tolist())]
+        return [row[:c] for row, c in zip(hits, (weights >= threshold).sum(axis=1).tolist(), strict=True)]
 
     def partial_fit(self, x: np.ndarray, domain: int) -> dict[str, Any]:
         """Online insert of one row (appended as row n): novelty birth or soft fold-in (see issue part 4).
