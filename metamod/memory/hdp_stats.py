@@ -363,6 +363,8 @@ class NIWComponents:
         """(K, F) packed quadratic-form coefficients of the first ``K`` slots (stale rows repacked first; compiled
         with numba)."""
         K = self.size if K is None else K
+        if not self.stale[:K].any():
+            return self.coef[:K]
         stale = np.flatnonzero(self.stale[:K])
         if len(stale) and hdp_kernel.AVAILABLE:
             hdp_kernel.pack_coefficients_compiled(stale, self.prec, self.mu, feature_offsets(self.dim), self.coef)

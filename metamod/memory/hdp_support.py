@@ -100,9 +100,10 @@ def as_rows(X, field: str, *, dim: int | None = None) -> np.ndarray:
         raise ValueError(f"{field}: expected a non-empty 2-D array (n, D), got shape {arr.shape}")
     if dim is not None and arr.shape[1] != dim:
         raise ValueError(f"{field}: expected dimension D={dim}, got {arr.shape[1]}")
-    if not np.isfinite(arr).all():
-        bad = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
-        raise ValueError(f"{field}: row {bad} contains NaN or inf")
+    if not np.isfinite(np.add.reduce(arr, axis=None)):  # one pass; a non-finite sum may also be an overflow
+        bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
+        if len(bad):
+            raise ValueError(f"{field}: row {int(bad[0])} contains NaN or inf")
     return arr
 
 
