@@ -463,6 +463,34 @@ def test_batched_inserts_equal_one_row_at_a_time(monkeypatch):
         many.partial_fit_many(rows[:3], [0, 1])
 
 
+def test_pending_precision_updates_equal_one_row_at_a_time():
+    """The compiled inserts keep up to PENDING rank-1 changes per slot: ~16 rows per component in one block fill
+    the list, so the fused apply-and-multiply pass runs (and the partial pass before returning). float64
+    coefficients: the batch's starting forms then match the per-row ones to rounding."""
+    X, _, doms, _ = blobs(seed=3)
+    arrays = HDPGMM(sweeps=4, burn_in=1, seed=2, dtype="float64").fit(X, doms).state_arrays()
+    rng = np.random.default_rng(31)
+    rows = X[:80] + rng.normal(0, 0.3, (80, X.shape[1]))
+    row_doms = rng.integers(0, 2, len(rows))
+    compiled = "numba" if hdp_kernel.AVAILABLE else "numpy"
+    one = HDPGMM.from_state_arrays(arrays, kernel="numpy")
+    many = HDPGMM.from_state_arrays(arrays, kernel=compiled)
+    a = [one.partial_fit(x, int(d)) for x, d in zip(rows, row_doms, strict=True)]
+    before = many.comps.updates.copy()
+    b = many.partial_fit_many(rows, row_doms)
+    K = many.n_components_
+    assert (many.comps.updates[:K] - before[:K]).max() > 2 * hdp_kernel.PENDING  # several full passes
+    assert [(r["component"], r["born"]) for r in a] == [(r["component"], r["born"]) for r in b]
+    np.testing.assert_allclose([r["rho_new"] for r in a], [r["rho_new"] for r in b], rtol=1e-9, atol=1e-300)
+    np.testing.assert_allclose(one.comps.prec[:K], many.comps.prec[:K], rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(one.comps.logdet[:K], many.comps.logdet[:K], rtol=1e-12)
+    np.testing.assert_allclose(one.comps.S2[:K], many.comps.S2[:K], rtol=1e-12)
+    fresh = HDPGMM.from_state_arrays(many.state_arrays())
+    for k in range(K):  # refactorised from the statistics (LAPACK)
+        fresh.comps.refresh(k)
+    np.testing.assert_allclose(fresh.comps.prec[:K], many.comps.prec[:K], rtol=1e-9, atol=1e-12)
+
+
 def test_incremental_medoids_and_centroids_equal_recomputation(fitted):
     model = HDPGMM.from_state_arrays(fitted[0].state_arrays())
     X = fitted[1]

@@ -8,7 +8,9 @@ responsible one (counts, CRF table). Rows are processed in batches of :data:`INS
 features against the packed coefficients) gives every row's quadratic forms against every component, and each
 soft update is a rank-1 change
 whose effect on the batch's later rows is applied in O(D) per row
-(:class:`~metamod.memory.hdp_stats.Rank1`) — the same sequential result as one row at a time.
+(:class:`~metamod.memory.hdp_stats.Rank1`) — the same sequential result as one row at a time. The compiled
+kernel also keeps each slot's D x D updates pending, a few at a time, and applies them in one pass
+(:func:`metamod.memory.hdp_kernel._insert_rows`).
 """
 
 from __future__ import annotations
