@@ -196,16 +196,18 @@ def _block_moves(
 
 def _apply_pending(k, m, pend_g, pend_s, pend_x, pend_w, prec, S2, u, g):
     """Apply slot ``k``'s ``m`` pending rank-1 changes in one pass over its matrices: ``P -= sum_j s_j g_j g_j^T``
-    and ``S2 += sum_j w_j x_j x_j^T``, four changes per pass over a row (entries ``j >= m`` are zeroed first); with
+    and ``S2 += sum_j w_j x_j x_j^T``, four changes per pass over a row (the entries from ``m`` to the next multiple of four are zeroed first); with
     a non-empty ``u`` the same pass computes ``g = P u`` from the updated rows (the next change's record). Each
     row is updated in L1 and used at once, so the two D x D matrices are read and written once per ``m`` changes
     instead of once per change."""
     D = prec.shape[1]
-    M = pend_s.shape[1]
-    for j in range(m, M):
+    top = (m + 3) // 4 * 4
+    for j in range(m, top):  # the padding of the last group of four: zero changes
         pend_s[k, j] = 0.0
         pend_w[k, j] = 0.0
-    top = (m + 3) // 4 * 4
+        for a in range(D):
+            pend_g[k, j, a] = 0.0
+            pend_x[k, j, a] = 0.0
     P, S, Gs, Xs = prec[k], S2[k], pend_g[k], pend_x[k]
     gemv = u.shape[0] > 0
     for a in range(D):
@@ -249,10 +251,10 @@ def _insert_rows(
     uk = np.empty(D)
     none = np.empty(0)
     M = PENDING
-    pend_g = np.zeros((K, M, D))  # zeros: the padding of a partial pass multiplies them by 0
+    pend_g = np.empty((K, M, D))  # not zeroed: a few hundred kB per call (the padding is zeroed where used)
     pend_s = np.empty((K, M))
     pend_w = np.empty((K, M))
-    pend_x = np.zeros((K, M, D))
+    pend_x = np.empty((K, M, D))
     pend_n = np.zeros(K, dtype=np.int64)
     i = start
     code = DONE
