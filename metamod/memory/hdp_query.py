@@ -53,8 +53,8 @@ def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> 
     K, n = comps.size, len(Q)
     coef = comps.coefficients(K)
     df, c, ln = comps.consts()
-    order = np.zeros((n, top), dtype=np.int64)
-    weights = np.zeros((n, top))
+    order = np.empty((n, top), dtype=np.int64)  # every entry is written (top <= K)
+    weights = np.empty((n, top))
     compiled = model._use_kernel()
     if model.flat:  # one pooled row of mixture weights: no domain to predict
         doms = np.zeros(n, dtype=np.int64)
