@@ -654,6 +654,11 @@ def test_clear_errors_name_the_field(fitted):
     bad[1, 2] = np.nan
     with pytest.raises(ValueError, match="X: row 1 contains NaN"):
         HDPGMM().fit(bad)
+    bad[1, 2] = -np.inf
+    with pytest.raises(ValueError, match="queries: row 1 contains NaN or inf"):
+        model.retrieve(bad)
+    huge = np.full((2, X.shape[1]), 1e308)  # finite, though their sum overflows: accepted
+    assert len(model.retrieve(huge)) == 2
     with pytest.raises(ValueError, match="domain=5: out of range"):
         model.retrieve(X[:1], domain=5)
     m = HDPGMM.from_state_arrays(model.state_arrays())
