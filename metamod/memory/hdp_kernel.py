@@ -48,22 +48,28 @@ def _t_consts(kappa, nu, logdet_psi, D):
     return df, c, ln
 
 
-def _rank1_apply(k, w, x, g, s_h, h, kappa0, n, S1, S2, mu, prec, logdet, updates, stale):
-    """Add ``x`` with weight ``w`` to slot ``k``: statistics, ``P -= s_h g g^T``, ``log det += log h``, mean."""
+def _rank1_moments(k, w, x, h, kappa0, n, S1, mu, logdet, updates, stale):
+    """The O(D) part of adding ``x`` with weight ``w`` to slot ``k``: ``n``, ``S1``, ``log det += log h``, mean."""
     D = x.shape[0]
     n[k] += w
     for a in range(D):
         S1[k, a] += w * x[a]
-    for a in range(D):
-        for b in range(D):
-            S2[k, a, b] += w * x[a] * x[b]
-            prec[k, a, b] -= s_h * g[a] * g[b]
     logdet[k] += math.log(h)
     kap_k = kappa0 + n[k]
     for a in range(D):
         mu[k, a] = S1[k, a] / kap_k
     updates[k] += 1
     stale[k] = True
+
+
+def _rank1_apply(k, w, x, g, s_h, h, kappa0, n, S1, S2, mu, prec, logdet, updates, stale):
+    """Add ``x`` with weight ``w`` to slot ``k``: :func:`_rank1_moments`, ``S2 += w x x^T``, ``P -= s_h g g^T``."""
+    D = x.shape[0]
+    _rank1_moments(k, w, x, h, kappa0, n, S1, mu, logdet, updates, stale)
+    for a in range(D):
+        for b in range(D):
+            S2[k, a, b] += w * x[a] * x[b]
+            prec[k, a, b] -= s_h * g[a] * g[b]
 
 
 def _block_moves(
@@ -196,10 +202,10 @@ def _block_moves(
 
 def _apply_pending(k, m, pend_g, pend_s, pend_x, pend_w, prec, S2, u, g):
     """Apply slot ``k``'s ``m`` pending rank-1 changes in one pass over its matrices: ``P -= sum_j s_j g_j g_j^T``
-    and ``S2 += sum_j w_j x_j x_j^T``, four changes per pass over a row (the entries from ``m`` to the next multiple of four are zeroed first); with
-    a non-empty ``u`` the same pass computes ``g = P u`` from the updated rows (the next change's record). Each
-    row is updated in L1 and used at once, so the two D x D matrices are read and written once per ``m`` changes
-    instead of once per change."""
+    and ``S2 += sum_j w_j x_j x_j^T``, four changes per pass over a row (entries ``m`` up to the next multiple of
+    four are zeroed first); with a non-empty ``u`` the same pass computes ``g = P u`` from the updated rows (the
+    next change's record). Each row is updated in L1 and used at once, so the two D x D matrices are read and
+    written once per ``m`` changes instead of once per change."""
     D = prec.shape[1]
     top = (m + 3) // 4 * 4
     for j in range(m, top):  # the padding of the last group of four: zero changes
@@ -336,15 +342,8 @@ def _insert_rows(
             pend_w[k, m] = r
             pend_x[k, m] = Xc[i]
             pend_n[k] = m + 1
-            n[k] += r
-            for a in range(D):
-                S1[k, a] += r * Xc[i, a]
-            logdet[k] += math.log(H[k])
+            _rank1_moments(k, r, Xc[i], H[k], kappa0, n, S1, mu, logdet, updates, stale)
             kap_k = kappa0 + n[k]
-            for a in range(D):
-                mu[k, a] = S1[k, a] / kap_k
-            updates[k] += 1
-            stale[k] = True
             touched[k] = True
             df[k], c[k], ln[k] = _t_consts(kap_k, nu0 + n[k], logdet[k], D)
             if i + 1 < B:
@@ -552,7 +551,16 @@ def block_moves(*args):
 
 # reassociated sums (vectorised reductions): the pending-change pass's ``P u`` is 4x faster; rounding-level changes
 _FASTMATH = {"_apply_pending": {"reassoc", "contract"}}
-_HELPERS = ("_t_consts", "_rank1_apply", "_apply_pending", "_features_row", "_nearest", "_log_weights", "_rank_row")
+_HELPERS = (
+    "_t_consts",
+    "_rank1_moments",
+    "_rank1_apply",
+    "_apply_pending",
+    "_features_row",
+    "_nearest",
+    "_log_weights",
+    "_rank_row",
+)
 
 
 def _compiled(name: str, fn):

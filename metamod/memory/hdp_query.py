@@ -26,8 +26,6 @@ from metamod.memory.hdp_stats import feature_offsets, quad_features, t_logpdf_fr
 
 QUERY_CHUNK = 256  # queries per feature block: 256 x 8,385 float32 = 8.6 MB at D = 128 (stays in L3)
 FUSED_MAX = 16  # up to this many queries: one compiled call, a matrix-vector product per query
-_NEAREST = np.full(FUSED_MAX, -1, dtype=np.int64)  # "domain: the nearest centroid" for the compiled call (read only)
-_NEAREST.flags.writeable = False
 
 
 def rank_logits(logits: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +58,7 @@ def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> 
         doms = np.zeros(n, dtype=np.int64)
     if compiled and n <= FUSED_MAX:  # one compiled call does everything, query by query
         C, csq = model._centroids()
-        rows = _NEAREST[:n] if doms is None else np.asarray(doms, dtype=np.int64)
+        rows = np.full(n, -1, dtype=np.int64) if doms is None else np.asarray(doms, dtype=np.int64)
         hdp_kernel.retrieve_rows_compiled(
             Q, model.mu0_, C, csq, rows, model._ndk, model._beta, float(model.alpha), bool(model.flat),
             coef, feature_offsets(model.dim_), df, c, ln, top, order, weights,
