@@ -415,3 +415,15 @@ def test_training_samples_start_over_on_a_fresh_run_and_drop_redone_steps_on_res
     run(resume=False, start=0, steps=[2, 4, 6])
     run(resume=True, start=4, steps=[6, 8])  # resumed from checkpoint-4: steps 5.. run (and are logged) again
     assert [row["step"] for row in read_jsonl(path)] == [2, 4, 6, 8]
+
+
+def test_eval_overwrite_deletes_every_output_a_resume_would_reuse(tmp_path):
+    """``--overwrite true`` leaves no line of the old run: the MRO method's own traces go with its samples."""
+    out = tmp_path / "eval"
+    options = dict(methods=["mro"], limit=4, max_iterations=2, output_dir=str(out), plots=False)
+    evaluate(EvalConfig(**options))
+    old = [json.loads(line)["fingerprint"] for line in (out / "method-traces.jsonl").read_text().splitlines()]
+    assert len(old) == 4
+    evaluate(EvalConfig(**{**options, "max_iterations": 3}, overwrite=True))
+    new = [json.loads(line)["fingerprint"] for line in (out / "method-traces.jsonl").read_text().splitlines()]
+    assert len(new) == 4 and not set(new) & set(old)

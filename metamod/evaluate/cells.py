@@ -285,21 +285,31 @@ def missing_cells(
     return missing
 
 
-#: the memory folders a run writes (metamod.evaluate.memories: memory-seed<k>/ and memory-seed<k>-<method>/)
-MEMORY_PATTERNS = ("memory-seed*",)
+#: everything a run writes that a resumed run reuses: samples, own-loop traces, cached debates, memory states
+#: (metamod.evaluate.memories: memory-seed<k>/ and memory-seed<k>-<method>/, and their per-task folders). The ONE
+#: list: ``has_outputs`` decides from it whether a folder holds a run, ``clear_outputs`` deletes it.
+REUSED_OUTPUTS = (SAMPLES_FILE, METHOD_TRACES_FILE, "traces-seed*.jsonl", "memory-seed*")
+#: what a run derives from the reused outputs (rewritten at the end of every run)
+DERIVED_OUTPUTS = (RESULTS_FILE, TABLE_FILE, "plots")
 
 
 def has_outputs(output_dir: Path) -> bool:
-    """Whether ``output_dir`` holds what a resumed evaluation would reuse (samples, cached debates, memory states)."""
-    return output_dir.is_dir() and any(
-        any(output_dir.glob(pattern))
-        for pattern in (SAMPLES_FILE, METHOD_TRACES_FILE, "traces-seed*.jsonl", *MEMORY_PATTERNS)
-    )
+    """Whether ``output_dir`` holds what a resumed evaluation would reuse (:data:`REUSED_OUTPUTS`)."""
+    return output_dir.is_dir() and any(any(output_dir.glob(pattern)) for pattern in REUSED_OUTPUTS)
 
 
 def clear_outputs(output_dir: Path) -> None:
-    """Delete what a resumed evaluation would reuse (samples, cached debates, memory states) and the old results."""
-    for pattern in (SAMPLES_FILE, "traces-seed*.jsonl", *MEMORY_PATTERNS, RESULTS_FILE, TABLE_FILE):
+    """Delete what a resumed evaluation would reuse (:data:`REUSED_OUTPUTS`) and what it derived from it.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> for name in (SAMPLES_FILE, METHOD_TRACES_FILE, "traces-seed0.jsonl", RESULTS_FILE, "config.yaml"):
+    ...     _ = (folder / name).write_text("{}")
+    >>> (folder / "memory-seed0-mc2").mkdir()
+    >>> clear_outputs(folder); sorted(p.name for p in folder.iterdir()), has_outputs(folder)
+    (['config.yaml'], False)
+    """
+    for pattern in (*REUSED_OUTPUTS, *DERIVED_OUTPUTS):
         for path in output_dir.glob(pattern):
             logger.info("eval: starting over, deleting %s", path)
             if path.is_dir():
