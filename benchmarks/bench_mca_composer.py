@@ -1,12 +1,12 @@
 """How often a memory LLM's composed role prompts pass the MCA composer's checks (MC² C.3), and what it costs.
 
-Loads a saved MCA state (lessons and meta-knowledge learned in a run, e.g. ``runs/eval/mc2_smol/memory-seed0-mc2``),
+Loads a saved MCA state (lessons and meta-knowledge learned in a run, e.g. ``runs/eval/mc2_smol/memory-seed0-mc2/<task>``),
 turns the composer on, and composes the three role prompts for ``--questions`` held-out arith questions with the
 memory LLM (one batched call, one batched regeneration for the questions with a failing role). Prints, per role,
 how many prompts passed at the first attempt, after the regeneration, and fell back to the base prompt, the failure
 reasons, and the composer's tokens and seconds per question.
 
-    .venv/bin/python benchmarks/bench_mca_composer.py --state runs/eval/mc2_smol/memory-seed0-mc2 \\
+    .venv/bin/python benchmarks/bench_mca_composer.py --state runs/eval/mc2_smol/memory-seed0-mc2/arith \\
         --model smollm2-135m-instruct --prompts configs/prompts/smol_mro.yaml --questions 20
 """
 

@@ -217,8 +217,23 @@ def test_unparsable_templates_are_skipped_and_counted():
     assert parse_template(SCRIPT[r"\bstickers\b"][1]) is None  # no steps
 
 
-def test_one_batched_distiller_call_and_one_batched_manager_call_per_batch():
+def test_default_learns_from_every_answered_question_without_gold():
+    """MC² B.2 builds a template from the solved trajectory: no correctness filter, so no gold signal is read."""
+    assert BoTOptions().learn_from == "answered"
+    assert BufferOfThought.gold_use(BoTOptions()) is None
+    assert "graded correct" in BufferOfThought.gold_use(BoTOptions(learn_from="correct"))
     bot, fake = llm_bot()
+    examples = {i: ex(i, SOLVED[i][0]).without_gold() for i in "ad"}
+    bot.begin_batch(list(examples.values()))
+    for i, e in examples.items():  # as the harness observes for a memory not defined to use gold
+        _, trace, out = SOLVED[i]
+        bot.observe(Observation(e, trace, {**out, "correct": None}))
+    bot.end_batch()
+    assert [len(call) for call in fake.calls] == [2, 2] and bot.stats()["learned_from"] == 2
+
+
+def test_one_batched_distiller_call_and_one_batched_manager_call_per_batch():
+    bot, fake = llm_bot(learn_from="correct")
     run_batch(bot, ["a", "b", "c", "d"])
     assert [len(call) for call in fake.calls] == [4, 3]  # distil all 4; learn from the 3 correct ones
     assert all("Do not solve the problem" in conv[0]["content"] for conv in fake.calls[0])

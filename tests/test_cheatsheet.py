@@ -266,9 +266,9 @@ def test_eval_rows_run_with_their_own_cheatsheets(corpus, tiny_model_dir, tmp_pa
         assert len(row["methods"]["bc_static"]["memory_items"]) == 2
     res = doc["results"]["arith"]
     assert res["bc_static"]["accuracy"] == res["single_cot"]["accuracy"]  # simulated solver: guidance is inert
-    refit = doc["memories"]["memory-seed0-bc_refit"]["stats"]
+    refit = doc["memories"]["memory-seed0-bc_refit/arith"]["stats"]
     assert refit["samples_seen"] == 20 and len(refit["refits"]) == 4 and refit["organiser"] == "hdp"
-    assert doc["memories"]["memory-seed0-kmeans_hard_refit"]["stats"]["organiser"] == "kmeans_hard"
+    assert doc["memories"]["memory-seed0-kmeans_hard_refit/arith"]["stats"]["organiser"] == "kmeans_hard"
     assert res["bc_refit"]["memory_completion_tokens_per_question"] > 0  # online mining is charged
     assert (
         "memory_completion_tokens_per_question" not in res["bc_static"]

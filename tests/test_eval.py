@@ -333,7 +333,7 @@ def test_memory_is_observed_and_saved_per_batch(tmp_path):
     )
     doc = evaluate(config, MemoryConfig(memory="behaviour_bank", memory_batch_size=4))
     assert doc["n_samples"]["arith"]["rows"] == 8
-    saved = json.loads((tmp_path / "mem" / "memory-seed0" / "manifest.json").read_text())
+    saved = json.loads((tmp_path / "mem" / "memory-seed0" / "arith" / "manifest.json").read_text())
     assert saved["memory"] == "behaviour_bank" and saved["version"] == 2
     assert saved["batch_index"] == 2  # end_batch() after each of the two batches of 4
     assert saved["state"]["entries"]  # it observed finished debates and distilled behaviours from them

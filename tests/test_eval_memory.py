@@ -52,21 +52,23 @@ def mc2_run(tmp_path_factory):
 def test_methods_with_their_own_memory_save_folders_and_summaries(mc2_run):
     out, doc = mc2_run
     for method in ("mc2", "mro_micro", "reasoner_updates", "bot"):
-        manifest = _manifest(out / f"memory-seed0-{method}")
+        manifest = _manifest(out / f"memory-seed0-{method}" / "arith")
         assert manifest["version"] == 2 and manifest["batch_index"] == 2  # 20 questions -> 2 batches of 10
         assert manifest["extra"]["observed"] == {"arith": [0, 1]}
-        assert (out / f"memory-seed0-{method}" / "summary.json").is_file()
+        assert (out / f"memory-seed0-{method}" / "arith" / "summary.json").is_file()
     assert not (out / "memory-seed0").exists(), "no shared memory was configured"
-    mca = _manifest(out / "memory-seed0-mc2")["state"]
+    mca = _manifest(out / "memory-seed0-mc2" / "arith")["state"]
     assert all(mca["knowledge"][r] for r in ("reasoner", "monitor", "controller"))
-    micro = _manifest(out / "memory-seed0-mro_micro")["state"]
+    micro = _manifest(out / "memory-seed0-mro_micro" / "arith")["state"]
     assert not any(micro["knowledge"].values()), "mro_micro consolidates nothing"
-    updates = _manifest(out / "memory-seed0-reasoner_updates")["state"]
+    updates = _manifest(out / "memory-seed0-reasoner_updates" / "arith")["state"]
     assert {lesson["role"] for lesson in updates["lessons"]} == {"reasoner"}
-    log = (out / "memory-seed0-mc2" / "guidance.jsonl").read_text().splitlines()
+    log = (out / "memory-seed0-mc2" / "arith" / "guidance.jsonl").read_text().splitlines()
     assert log and all(json.loads(line)["question"] not in json.loads(line)["guidance"] for line in log)
-    assert sorted(doc["memories"]) == [f"memory-seed0-{m}" for m in ("bot", "mc2", "mro_micro", "reasoner_updates")]
-    assert doc["memories"]["memory-seed0-mc2"]["guidance_relevance"], "appendix E relevance per batch"
+    assert sorted(doc["memories"]) == [
+        f"memory-seed0-{m}/arith" for m in ("bot", "mc2", "mro_micro", "reasoner_updates")
+    ]
+    assert doc["memories"]["memory-seed0-mc2/arith"]["guidance_relevance"], "appendix E relevance per batch"
 
 
 def test_rows_log_memory_batches_and_served_ids(mc2_run):
@@ -107,10 +109,13 @@ def test_crash_between_rows_and_memory_save_resumes_to_the_same_state(tmp_path, 
     with pytest.raises(RuntimeError, match="power cut"):
         evaluate(_config(tmp_path, "crashed", methods), MemoryConfig(memory_options=RULE))
     assert len(_rows(tmp_path / "crashed")) == 20, "batch 1's rows were written before the crash"
-    assert _manifest(tmp_path / "crashed" / "memory-seed0-mc2")["batch_index"] == 1
+    assert _manifest(tmp_path / "crashed" / "memory-seed0-mc2" / "arith")["batch_index"] == 1
     monkeypatch.setattr(memories_module.SeedMemories, "observe_and_save", real)
     resumed = evaluate(_config(tmp_path, "crashed", methods), MemoryConfig(memory_options=RULE))
-    a, b = _manifest(tmp_path / "whole" / "memory-seed0-mc2"), _manifest(tmp_path / "crashed" / "memory-seed0-mc2")
+    a, b = (
+        _manifest(tmp_path / "whole" / "memory-seed0-mc2" / "arith"),
+        _manifest(tmp_path / "crashed" / "memory-seed0-mc2" / "arith"),
+    )
     assert a["state"] == b["state"] and a["extra"] == b["extra"] and a["batch_index"] == b["batch_index"] == 2
     assert resumed["results"] == whole["results"]
     assert len(_rows(tmp_path / "crashed")) == 30, "batch 1 computed again (the later rows win)"
@@ -118,9 +123,9 @@ def test_crash_between_rows_and_memory_save_resumes_to_the_same_state(tmp_path, 
 
 def test_warm_start_from_another_runs_memory(mc2_run, tmp_path):
     out, _ = mc2_run
-    cfg = MemoryConfig(memory_options=RULE, memory_path=str(out / "memory-seed0-mc2"))
+    cfg = MemoryConfig(memory_options=RULE, memory_path=str(out / "memory-seed0-mc2" / "arith"))
     evaluate(_config(tmp_path, "warm", ["mro", "mc2"], limit=10), cfg)
-    manifest = _manifest(tmp_path / "warm" / "memory-seed0-mc2")
+    manifest = _manifest(tmp_path / "warm" / "memory-seed0-mc2" / "arith")
     assert manifest["batch_index"] == 3 and manifest["extra"]["observed"] == {"arith": [0]}
     first = _rows(tmp_path / "warm")[0]["methods"]["mc2"]["memory_items"]
     assert first, "a warm start serves the transferred memory from the first batch on"
@@ -184,17 +189,17 @@ def _out(correct, final, method):
 def test_methods_can_be_added_to_a_run_with_own_memories_and_changed_options_restart_them(tmp_path):
     methods = ["mro", "mc2"]
     evaluate(_config(tmp_path, "grow", methods), MemoryConfig(memory_options=RULE))
-    before = _manifest(tmp_path / "grow" / "memory-seed0-mc2")
+    before = _manifest(tmp_path / "grow" / "memory-seed0-mc2" / "arith")
     rows_before = len(_rows(tmp_path / "grow"))
     evaluate(_config(tmp_path, "grow", [*methods, "single_cot"]), MemoryConfig(memory_options=RULE))
     added = _rows(tmp_path / "grow")[rows_before:]
     assert len(added) == 20 and all(set(r["methods"]) == {"single_cot"} for r in added)
-    assert _manifest(tmp_path / "grow" / "memory-seed0-mc2") == before, "mc2's memory is untouched"
+    assert _manifest(tmp_path / "grow" / "memory-seed0-mc2" / "arith") == before, "mc2's memory is untouched"
     # another mc2 setting: its cells are recomputed from a fresh memory, mro's are kept
     evaluate(_config(tmp_path, "grow", methods), MemoryConfig(memory_options={**RULE, "top_k": 1}))
     redone = _rows(tmp_path / "grow")[rows_before + 20 :]
     assert len(redone) == 20 and all(set(r["methods"]) == {"mc2"} for r in redone)
-    after = _manifest(tmp_path / "grow" / "memory-seed0-mc2")
+    after = _manifest(tmp_path / "grow" / "memory-seed0-mc2" / "arith")
     assert after["config"]["top_k"] == 1 and after["extra"]["observed"] == {"arith": [0, 1]}
     assert all(len([i for i in r["methods"]["mc2"]["memory_items"] if i.startswith("L")]) <= 3 for r in redone)
 
@@ -215,8 +220,71 @@ def test_memory_llm_tokens_are_counted_on_the_methods_it_serves(tiny_model_dir, 
     assert sum(r["methods"]["reasoner_updates"]["tokens"]["memory_prompt"] for r in first) == 0, "cold start"
     spent = sum(r["methods"]["reasoner_updates"]["tokens"]["memory_completion"] for r in second)
     assert spent > 0, "batch 1 pays for the distillation after batch 0"
-    stats = doc["memories"]["memory-seed0-reasoner_updates"]["stats"]["totals"]
+    stats = doc["memories"]["memory-seed0-reasoner_updates/arith"]["stats"]["totals"]
     assert stats["distill_calls"] == 2  # one batched call per batch
     res = doc["results"]["arith"]
     assert res["reasoner_updates"]["memory_completion_tokens_per_question"] == spent / 20
     assert res["reasoner_updates"]["tokens_per_question"] > res["reasoner_only"]["tokens_per_question"]
+
+
+# ---------------------------------------------------------------- memory scope: cold per task, or carried (run)
+TWO_TASKS = {"tasks": ["arith@easy", "arith@hard"], "task_options": {"arith@easy": {"task_levels": [1]},
+             "arith@hard": {"task_levels": [4]}}}  # fmt: skip
+
+
+def _first_batch_items(folder, task: str, method: str) -> list[list[str]]:
+    rows = [r for r in _rows(folder) if r["task"] == task and r["memory_batch"] == 0]
+    return [r["methods"][method]["memory_items"] for r in rows]
+
+
+def test_every_memory_starts_cold_at_each_task_by_default(tmp_path):
+    """MC² Alg. 1 runs each dataset from an empty memory: batch 0 of the second task is served nothing."""
+    doc = evaluate(_config(tmp_path, "scoped", ["mro", "mc2"], **TWO_TASKS), MemoryConfig(memory_options=RULE))
+    out = tmp_path / "scoped"
+    for task in TWO_TASKS["tasks"]:
+        assert _manifest(out / "memory-seed0-mc2" / task)["extra"]["observed"] == {task: [0, 1]}
+        assert all(items == [] for items in _first_batch_items(out, task, "mc2")), f"{task} started warm"
+    assert sorted(doc["memories"]) == [f"memory-seed0-mc2/{t}" for t in sorted(TWO_TASKS["tasks"])]
+    assert not (out / "memory-seed0-mc2" / "manifest.json").exists()
+    # resume: nothing left to do, identical results; an added task gets its own cold memory
+    assert (
+        evaluate(_config(tmp_path, "scoped", ["mro", "mc2"], **TWO_TASKS), MemoryConfig(memory_options=RULE))["results"]
+        == doc["results"]
+    )
+
+
+def test_memory_scope_run_carries_one_memory_across_tasks(tmp_path):
+    """Transfer (MC² appendix G) is explicit: memory_scope: run; the second task's first batch is guided."""
+    config = MemoryConfig(memory_options=RULE, memory_scope="run")
+    evaluate(_config(tmp_path, "carried", ["mro", "mc2"], **TWO_TASKS), config)
+    out = tmp_path / "carried"
+    assert _manifest(out / "memory-seed0-mc2")["extra"]["observed"] == {"arith@easy": [0, 1], "arith@hard": [0, 1]}
+    assert all(items for items in _first_batch_items(out, "arith@hard", "mc2")), "the carried memory serves task 2"
+
+
+def test_task_memory_options_override_per_task(tmp_path):
+    config = MemoryConfig(memory_options={**RULE, "top_k": 3}, task_memory_options={"arith@hard": {"top_k": 1}})
+    evaluate(_config(tmp_path, "per_task", ["mro", "mc2"], **TWO_TASKS), config)
+    out = tmp_path / "per_task"
+    assert _manifest(out / "memory-seed0-mc2" / "arith@easy")["config"]["top_k"] == 3
+    assert _manifest(out / "memory-seed0-mc2" / "arith@hard")["config"]["top_k"] == 1
+    with pytest.raises(ValueError, match=r"task_memory_options\['arith@hard'\]: 'topk' is not an option"):
+        evaluate(
+            _config(tmp_path, "bad", ["mro", "mc2"], **TWO_TASKS),
+            MemoryConfig(memory_options=RULE, task_memory_options={"arith@hard": {"topk": 1}}),
+        )
+
+
+# ---------------------------------------------------------------- gold: only where the method is defined to use it
+def test_memories_not_defined_to_use_gold_never_receive_it_and_users_are_marked(mc2_run):
+    out, doc = mc2_run
+    assert doc["gold_use"]["bot"] is None and doc["gold_use"]["mro"] is None
+    assert "correctness flag" in doc["gold_use"]["mc2"] and doc["labels"]["mc2"].endswith("\u2020")
+    assert not doc["labels"]["bot"].endswith("\u2020")
+    table = (out / "table.md").read_text()
+    assert "\u2020 Uses gold-derived signals" in table and f"| {doc['labels']['mc2']} |" in table
+    # BoT (learn_from: answered, MC² B.2) observed without correctness: its queue and state hold no grading
+    bot = _manifest(out / "memory-seed0-bot" / "arith")
+    answered = sum(r["methods"]["bot"]["final_answer"] is not None for r in _rows(out))
+    assert bot["state"]["counters"]["learned_from"] == answered and answered > 10
+    assert '"correct": true' not in json.dumps(bot).lower()

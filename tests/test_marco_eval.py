@@ -65,12 +65,13 @@ def test_samples_carry_marco_details_and_memories_are_saved(sim_run):
     later = [r for r in rows if r["memory_batch"] == 1]
     assert later and all(r["methods"]["marco"]["memory_items"] for r in later)
     assert all(not r["methods"]["marco"]["memory_items"] for r in rows if r["memory_batch"] == 0)
-    manifest = json.loads(open(f"{out}/memory-seed0-marco/manifest.json").read())
-    scopes = manifest["state"]["scopes"]
-    assert set(scopes) == {"synthetic/deduction", "synthetic/induction"}  # one bank per dataset and sub-task
-    assert manifest["state"]["counters"]["condensations"] == 4
-    v2 = json.loads(open(f"{out}/memory-seed0-marco_v2/manifest.json").read())
-    assert v2["config"]["condense"] is False and v2["state"]["counters"]["condensations"] == 0
+    for task, scope in (("deduction", "synthetic/deduction"), ("induction", "synthetic/induction")):
+        # one memory per task (memory_scope: task), and within it MARCO's one bank per dataset and sub-task
+        manifest = json.loads(open(f"{out}/memory-seed0-marco/synthetic_code@{task}/manifest.json").read())
+        assert set(manifest["state"]["scopes"]) == {scope}
+        assert manifest["state"]["counters"]["condensations"] == 2
+        v2 = json.loads(open(f"{out}/memory-seed0-marco_v2/synthetic_code@{task}/manifest.json").read())
+        assert v2["config"]["condense"] is False and v2["state"]["counters"]["condensations"] == 0
 
 
 def test_method_traces_record_every_proposal_verdict_and_lesson(sim_run):
@@ -138,5 +139,5 @@ def test_smollm2_marco_on_generated_functions(tmp_path):
         # whatever SmolLM2 wrote, an answer is either parsed and graded or None (wrong)
         record = row["methods"]["marco"]
         assert record["final_answer"] is not None or record["correct"] is False
-    manifest = json.loads((tmp_path / "smol" / "memory-seed0-marco" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "smol" / "memory-seed0-marco" / tasks[0] / "manifest.json").read_text())
     assert manifest["state"]["counters"]["condensations"] == 2  # after each batch of 2 = T_c

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 
@@ -218,7 +219,7 @@ def test_non_mro_records_have_a_reasoner_stream_only():
 
 
 # ---------------------------------------------------------------- selection (Eq. 9)
-def test_selection_uses_actions_and_falls_back_to_outcome_without_a_controller():
+def test_selection_uses_actions_and_the_trace_without_a_controller_never_the_outcome():
     refl = [
         reflect(record("c", mro(RESTART_THEN_ACCEPT), True)),
         reflect(record("b", mro(EXHAUSTED), True)),  # S- even though correct: the rule is about the actions
@@ -229,12 +230,21 @@ def test_selection_uses_actions_and_falls_back_to_outcome_without_a_controller()
     for role in ("reasoner", "monitor", "controller"):
         plus, minus = select(refl, role)
         assert [r.id for r in plus] == ["a"] and [r.id for r in minus] == ["b"]
+    # without Controller actions (Reasoner + Updates, single agents, debates) the trace's extremes select, gold-free:
+    # an answer at once (task quality A) -> S+, no answer reached (C) -> S-; the outcome tag never decides
     single = [
-        Reflection(i, None, "single", "?", outcome, 1, 1, "accepted", "A", trajectories={"reasoner": ["1"]})
-        for i, outcome in [("z", "success"), ("y", "failure"), ("x", "success")]
+        Reflection(i, None, "single", "?", outcome, 1, 1, status, quality, trajectories={"reasoner": ["1"]})
+        for i, outcome, status, quality in [
+            ("z", "failure", "accepted", "A"),
+            ("y", "success", "max_iterations", "C"),
+            ("x", "failure", "accepted", "A"),
+            ("w", "success", "accepted", "B"),
+        ]
     ]
     plus, minus = select(single, "reasoner", max_reflections=1)
     assert [r.id for r in plus] == ["x"] and [r.id for r in minus] == ["y"]
+    flipped = [dataclasses.replace(r, outcome="success" if r.outcome == "failure" else "failure") for r in single]
+    assert [[r.id for r in s] for s in select(flipped, "reasoner")] == [["x", "z"], ["y"]]
     assert select(single, "controller") == ([], [])
 
 

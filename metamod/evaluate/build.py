@@ -39,6 +39,28 @@ def _backend(backend: str, model: str, adapter: str | None, options: dict[str, A
         raise ValueError(f"bad backend options {sorted(options)} for {model!r}: {err}. Valid: {valid}") from err
 
 
+#: the training run's summary beside a trained adapter (metamod.train.run_folder.SUMMARY_FILE)
+TRAIN_SUMMARY = "train_summary.json"
+
+
+def moderator_gold_use(config: EvalConfig) -> str | None:
+    """How the configured trained moderator used gold beyond ``eta`` (its ``train_summary.json``'s ``gold_use``).
+
+    ``None`` when no moderator is configured, or its folder records no training run (an adapter trained elsewhere:
+    logged, since metamod cannot tell).
+    """
+    if not config.moderator or not Path(config.moderator).expanduser().is_dir():
+        return None
+    summary = Path(config.moderator).expanduser() / TRAIN_SUMMARY
+    if not summary.is_file():
+        logger.info("moderator %s has no %s: whether it was trained on gold answers is unknown", config.moderator,
+                    TRAIN_SUMMARY)  # fmt: skip
+        return None
+    from metamod.errors import load_json
+
+    return load_json(summary, what="training summary").get("gold_use")
+
+
 def _check_model(path: str, what: str) -> None:
     from metamod.llm.hf import looks_local
 

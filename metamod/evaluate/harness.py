@@ -37,7 +37,7 @@ from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent
 
 from ..files import FolderLock, JsonlWriter, atomic_write_json, atomic_write_text, check_unlocked
-from .build import build_debaters, build_generators, layer_context, resolve_models
+from .build import build_debaters, build_generators, layer_context, moderator_gold_use, resolve_models
 from .cells import (  # re-exported: `from metamod.evaluate.harness import eval_settings` keeps working
     METHOD_TRACES_FILE,
     RESULTS_FILE,
@@ -63,13 +63,15 @@ from .memories import (
     memories_in_use,
     memory_llm_spec,
     memory_on,
+    method_gold_use,
     needs_memory_llm,
     read_summaries,
+    scoped_tasks,
 )
 from .memory_metrics import batch_metrics, half_gains
 from .metrics import task_metrics
 from .replay import replay, run_live
-from .report import markdown_tables, structure_table, versions, write_plots
+from .report import gold_labels, markdown_tables, structure_table, versions, write_plots
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +299,8 @@ def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_confi
             "seeds": sorted({r.get("seed", 0) for r in task_rows}),
         }
     simulated = any(r.get("simulated") for r in rows) or config.debaters == "simulated"
+    gold_use = methods_gold_use(config, memory_config)
+    labels = {m: getattr(DECISION_LAYERS.get(m), "label", m) for m in config.methods}
     return {
         "results": results,
         "significance": {
@@ -304,13 +308,29 @@ def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_confi
             "test": "exact McNemar (two-sided)",
             "by_task": significance,
         },
-        "labels": {m: getattr(DECISION_LAYERS.get(m), "label", m) for m in config.methods},
+        "labels": gold_labels(labels, gold_use),
+        "gold_use": gold_use,
         "simulated": simulated,
         "mode": config.mode,
         "n_samples": n_samples,
         "config": config_to_dict(config, memory_config),
         "versions": versions(),
     }
+
+
+def methods_gold_use(config: EvalConfig, memory_config: Any = None) -> dict[str, str | None]:
+    """Per method, the gold-derived signal it is defined to use (``None``: none), over every task's memory options.
+
+    >>> methods_gold_use(EvalConfig(methods=["majority_vote", "mc2"]))["majority_vote"] is None
+    True
+    """
+    moderator = moderator_gold_use(config)
+    tasks = [None, *(getattr(memory_config, "task_memory_options", None) or {})]
+    out = {}
+    for method in config.methods:
+        reasons = [method_gold_use(method, memory_config, moderator_gold_use=moderator, task=t) for t in tasks]
+        out[method] = next((r for r in reasons if r), None)
+    return out
 
 
 def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
@@ -395,23 +415,6 @@ def _evaluate(
             if not seed_missing:
                 continue
             seed_methods = [m for m in config.methods if m in seed_missing]
-            memories = SeedMemories(
-                memory_config,
-                seed_methods,
-                config.reference_method,
-                output_dir,
-                seed,
-                llm=generators.get("memory"),
-                all_methods=config.methods,
-                fingerprints=memory_fps,
-            )
-            debaters = None
-            if config.debaters == "simulated" or not config.traces or config.mode == "live":
-                debaters = build_debaters(config, seed, agent=generators.get("agent"), memory=memories.shared)
-            context = layer_context(config, seed, generators, debaters, memories.shared)
-            layers = {
-                m: build_layer(m, dataclasses.replace(context, memory=memories.for_method(m))) for m in seed_methods
-            }
             writer = None
             traces: dict[str, dict] = {}
             if not config.traces and config.mode == "replay" and config.debate_methods():  # debates to cache
@@ -420,57 +423,28 @@ def _evaluate(
                 trace_path = output_dir / f"traces-seed{seed}.jsonl"
                 writer = TraceWriter(trace_path, resume=True)
                 traces = {t["id"]: t for t in read_traces(trace_path)} if writer.done_ids else {}
-                check_cached_traces(traces, debaters, trace_path)
-            grade = _Grader()
+            run = _SeedRun(
+                config=config,
+                memory_config=memory_config,
+                output_dir=output_dir,
+                seed=seed,
+                methods=seed_methods,
+                generators=generators,
+                memory_fps=memory_fps,
+                method_fps=method_fps,
+                settings_fp=settings_fp,
+                missing=missing,
+                reused=reused,
+                traces=traces,
+                writer=writer,
+                sinks=(sink, trace_sink),
+            )
             try:
-                for task, task_examples in examples.items():
-                    todo = [ex for ex in task_examples if (task, seed, ex.id) in missing]
-                    if config.traces:
-                        traces = {ex.id: reused[(task, ex.id)] for ex in todo}
-                    if with_memory:
-                        size = (memory_config or MemoryConfig()).batch_size_for(len(task_examples))
-                        numbers = batch_numbers(task_examples, size)
-                    for methods, group in _groups(todo, lambda ex, t=task, s=seed: missing[(t, s, ex.id)]):
-                        if with_memory:
-                            batches = _memory_batches(group, numbers)
-                        else:
-                            batches = list(
-                                _chunks(group, config.task_batch_questions.get(task, config.batch_questions))
-                            )
-                        for batch in batches:
-                            known = set(traces)
-                            number = numbers[batch[0].id] if with_memory else 0
-                            memories.begin_batch(batch, task, number)
-                            method_traces: dict[str, list[Any]] = {}
-                            rows, shared = evaluate_batch(
-                                batch,
-                                task=task,
-                                seed=seed,
-                                layers={m: layers[m] for m in methods},
-                                debaters=debaters,
-                                config=config,
-                                traces=traces,
-                                grade=grade,
-                                method_traces=method_traces,
-                            )
-                            if with_memory:
-                                memories.annotate(rows, number)
-                            if writer is not None:
-                                for ex in batch:
-                                    if ex.id not in known and ex.id in traces:
-                                        writer.write(traces[ex.id])
-                                writer.sync()
-                            for row in rows:  # what each cell was computed with (records stay mode-independent)
-                                row["settings"] = settings_fp
-                                row["fingerprints"] = {m: method_fps[m] for m in row["methods"]}
-                            _write_method_traces(trace_sink, batch, method_traces, task, seed, method_fps)
-                            sink.write_many(rows)
-                            sink.sync()
-                            if memories.active:
-                                memories.observe_and_save(
-                                    batch, rows, shared, method_traces, task=task, batch_number=number
-                                )
-                            logger.info("eval seed %d task %s: %d more rows (%s)", seed, task, len(rows), methods)
+                # with a memory on, each memory scope (a task, or the whole run: memory_scope) gets its memories
+                # fresh; without one, the whole seed is one scope, as before
+                scopes = scoped_tasks(list(examples), memory_config) if with_memory else [None]
+                for scope in scopes:
+                    run.tasks({t: exs for t, exs in examples.items() if scope is None or t == scope}, scope)
             finally:
                 if writer is not None:
                     writer.close()
@@ -483,12 +457,107 @@ def _evaluate(
     atomic_write_json(output_dir / RESULTS_FILE, document, indent=2, sort_keys=False)
     atomic_write_text(
         output_dir / TABLE_FILE,
-        markdown_tables(document["results"], document["labels"], simulated=document["simulated"])
+        markdown_tables(
+            document["results"], document["labels"], simulated=document["simulated"], gold_use=document["gold_use"]
+        )
         + structure_table(document.get("memories", {}), document["labels"]),
     )
     if config.plots and document["results"]:
         write_plots(document["results"], document["labels"], output_dir / "plots", simulated=document["simulated"])
     return document
+
+
+@dataclasses.dataclass
+class _SeedRun:
+    """One seed of an evaluation: builds each memory scope's memories, debaters and methods, and runs its tasks."""
+
+    config: EvalConfig
+    memory_config: Any
+    output_dir: Path
+    seed: int
+    methods: list[str]
+    generators: dict[str, Any]
+    memory_fps: dict[str, str]
+    method_fps: dict[str, str]
+    settings_fp: str
+    missing: dict[tuple[str, int, str], tuple[str, ...]]
+    reused: dict[tuple[str, str], dict]
+    traces: dict[str, dict]
+    writer: Any
+    sinks: tuple[JsonlWriter, JsonlWriter]
+
+    def tasks(self, examples: dict[str, list[Example]], scope: str | None) -> None:
+        """Run ``examples``' missing cells with the memories of ``scope`` (a task, or ``None``: the whole run)."""
+        config, memory_config, seed, missing = self.config, self.memory_config, self.seed, self.missing
+        todo_tasks = [t for t, exs in examples.items() if any((t, seed, ex.id) in missing for ex in exs)]
+        if not todo_tasks:
+            return
+        with_memory = memory_on(config.methods, memory_config)
+        memories = SeedMemories(
+            memory_config,
+            self.methods,
+            config.reference_method,
+            self.output_dir,
+            seed,
+            llm=self.generators.get("memory"),
+            all_methods=config.methods,
+            fingerprints=self.memory_fps,
+            task=scope,
+        )
+        debaters = None
+        if config.debaters == "simulated" or not config.traces or config.mode == "live":
+            debaters = build_debaters(config, seed, agent=self.generators.get("agent"), memory=memories.shared)
+        if self.writer is not None:
+            check_cached_traces(self.traces, debaters, self.writer.path)
+        context = layer_context(config, seed, self.generators, debaters, memories.shared)
+        layers = {m: build_layer(m, dataclasses.replace(context, memory=memories.for_method(m))) for m in self.methods}
+        grade = _Grader()
+        sink, trace_sink = self.sinks
+        traces = self.traces
+        for task, task_examples in examples.items():
+            todo = [ex for ex in task_examples if (task, seed, ex.id) in missing]
+            if config.traces:
+                traces = {ex.id: self.reused[(task, ex.id)] for ex in todo}
+            if with_memory:
+                size = (memory_config or MemoryConfig()).batch_size_for(len(task_examples))
+                numbers = batch_numbers(task_examples, size)
+            for methods, group in _groups(todo, lambda ex, t=task, s=seed: missing[(t, s, ex.id)]):
+                if with_memory:
+                    batches = _memory_batches(group, numbers)
+                else:
+                    batches = list(_chunks(group, config.task_batch_questions.get(task, config.batch_questions)))
+                for batch in batches:
+                    known = set(traces)
+                    number = numbers[batch[0].id] if with_memory else 0
+                    memories.begin_batch(batch, task, number)
+                    method_traces: dict[str, list[Any]] = {}
+                    rows, shared = evaluate_batch(
+                        batch,
+                        task=task,
+                        seed=seed,
+                        layers={m: layers[m] for m in methods},
+                        debaters=debaters,
+                        config=config,
+                        traces=traces,
+                        grade=grade,
+                        method_traces=method_traces,
+                    )
+                    if with_memory:
+                        memories.annotate(rows, number)
+                    if self.writer is not None:
+                        for ex in batch:
+                            if ex.id not in known and ex.id in traces:
+                                self.writer.write(traces[ex.id])
+                        self.writer.sync()
+                    for row in rows:  # what each cell was computed with (records stay mode-independent)
+                        row["settings"] = self.settings_fp
+                        row["fingerprints"] = {m: self.method_fps[m] for m in row["methods"]}
+                    _write_method_traces(trace_sink, batch, method_traces, task, seed, self.method_fps)
+                    sink.write_many(rows)
+                    sink.sync()
+                    if memories.active:
+                        memories.observe_and_save(batch, rows, shared, method_traces, task=task, batch_number=number)
+                    logger.info("eval seed %d task %s: %d more rows (%s)", seed, task, len(rows), methods)
 
 
 def _groups(items: list[Any], key: Any) -> Iterator[tuple[Any, list[Any]]]:

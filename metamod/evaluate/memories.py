@@ -9,8 +9,21 @@ Two kinds of memory take part in ``metamod eval``:
   use ``mca``, ``bot`` uses ``bot``): one per seed and method, built from ``memory_options`` over the method's
   ``memory_defaults``, observing that method's own traces. Saved in ``memory-seed<k>-<method>/``.
 
+**Scope** (``memory_scope``). ``task`` (the default): every memory is keyed by (seed, task, method) and starts cold
+at each task, as MC² Algorithm 1 runs each dataset from an empty memory and the Bayesian Cheatsheet resets its
+memory after each evaluation run (D.4); its folder is ``memory-seed<k>[-<method>]/<task>/``. ``run``: one memory
+per (seed, method) carried from task to task in the config's order (MC² appendix G's transfer experiment), saved
+in ``memory-seed<k>[-<method>]/``. ``task_memory_options`` overrides ``memory_options`` per task (e.g. the refit
+interval g per dataset, BC Table 3).
+
 A fresh memory (no state in the output folder yet) is warm-started from ``memory_path`` when that is set (a saved
-folder of the same memory, e.g. another task's ``memory-seed0-mc2/``: MC² appendix G).
+folder of the same memory, e.g. another run's ``memory-seed0-mc2/gsm8k/``: MC² appendix G).
+
+**Gold.** A memory reads gold-derived signals (``outcome["correct"]``, the trace's ``eta``) only when its class
+says its method is defined to (:meth:`~metamod.memory.base.BaseMemory.gold_use`); every other memory observes
+:func:`~metamod.memory.base.withhold_gold` observations. :func:`method_gold_use` gives each method's reason (its
+memory's, or its trained moderator's warm start), which ``results.json`` records under ``gold_use`` and the tables
+mark with a dagger.
 
 Per batch (:class:`SeedMemories`): ``begin_batch`` on every memory, the methods run, each method's record gets
 ``memory_items`` (the ids its memory served for that question) and the row ``memory_batch`` (the batch number of
@@ -28,7 +41,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from metamod.memory.base import Observation
+from metamod.memory.base import Observation, withhold_gold
 from metamod.registry import resolve
 from metamod.tasks.base import Example
 
@@ -40,6 +53,74 @@ SHARED = "memory-seed{seed}"
 #: key of the shared memory in the fingerprints passed to :class:`SeedMemories` (methods use their names)
 SHARED_KEY = "<shared>"
 OWN = "memory-seed{seed}-{method}"
+#: ``memory_scope`` values: a memory per task (cold at each task) or one carried over the run's tasks
+SCOPES = ("task", "run")
+
+
+def memory_folder(base: str, task: str | None) -> str:
+    """The folder (relative to the run's) of a memory: ``base`` for a run-scoped memory, ``base/<task>`` else.
+
+    >>> memory_folder(OWN.format(seed=0, method="mc2"), "gsm8k"), memory_folder(SHARED.format(seed=1), None)
+    ('memory-seed0-mc2/gsm8k', 'memory-seed1')
+    """
+    return base if task is None else f"{base}/{task}"
+
+
+def scoped_tasks(tasks: list[str], memory_config: Any) -> list[str | None]:
+    """The memory scopes of a run: one per task (``memory_scope: task``), or ``[None]`` (one for the whole run).
+
+    >>> scoped_tasks(["gsm8k", "math500"], None), scoped_tasks(["gsm8k", "math500"], _scope_config("run"))
+    (['gsm8k', 'math500'], [None])
+    """
+    scope = getattr(memory_config, "memory_scope", "task") if memory_config is not None else "task"
+    return [None] if scope == "run" else list(tasks)
+
+
+def _scope_config(scope: str) -> Any:
+    from metamod.memory import MemoryConfig
+
+    return MemoryConfig(memory_scope=scope)
+
+
+def memory_gold_use(memory: Any) -> str | None:
+    """What gold-derived signal a built memory reads after answering (``None``: none; see the module docstring)."""
+    gold_use = getattr(type(memory), "gold_use", None)
+    return gold_use(getattr(memory, "options", None)) if gold_use is not None else None
+
+
+def method_gold_use(
+    method: str, memory_config: Any, *, moderator_gold_use: str | None = None, task: str | None = None
+) -> str | None:
+    """Why ``method`` uses gold-derived signals, or ``None`` when it does not.
+
+    Its memory (its own, else the shared one) when that memory's options make it read them, and, for methods that
+    use the trained moderator, ``moderator_gold_use`` (how the adapter was trained, from its ``train_summary.json``).
+
+    >>> from metamod.memory import MemoryConfig
+    >>> method_gold_use("mc2", None)
+    "memory mca: the correctness flag as each reflection's success/failure tag (MC2 C.1, C.4)"
+    >>> method_gold_use("bot", None) is None, method_gold_use("majority_vote", MemoryConfig(memory="marco"))
+    (True, None)
+    >>> method_gold_use("moderator", None, moderator_gold_use="trained on gold")
+    'moderator: trained on gold'
+    """
+    from metamod.memory import MemoryConfig
+    from metamod.memory.registry import memory_class, parse_memory_options
+
+    config = memory_config if memory_config is not None else MemoryConfig()
+    reasons = []
+    name, defaults = own_memory(method)
+    if name is None and config.memory not in (None, "none"):
+        name, defaults = config.memory, {}
+    if name is not None and name != "none":
+        options = parse_memory_options(name, config.options_for(name, defaults, task=task))
+        reason = memory_class(name).gold_use(options)
+        if reason:
+            reasons.append(f"memory {name}: {reason}")
+    layer = resolve(DECISION_LAYERS, method, what="evaluation method")
+    if moderator_gold_use and "moderator" in getattr(layer, "needs", ()):
+        reasons.append(f"moderator: {moderator_gold_use}")
+    return "; ".join(reasons) or None
 
 
 def own_memory(method: str) -> tuple[str | None, dict[str, Any]]:
@@ -77,12 +158,13 @@ def needs_memory_llm(methods: list[str], memory_config: Any) -> bool:
     if memory_config is None:
         return False
     uses = []
-    if memory_config.memory not in (None, "none"):
-        uses.append((memory_config.memory, memory_config.options_for(memory_config.memory)))
-    for method in methods:
-        name, defaults = own_memory(method)
-        if name:
-            uses.append((name, memory_config.options_for(name, defaults)))
+    for task in [None, *memory_config.task_memory_options]:
+        if memory_config.memory not in (None, "none"):
+            uses.append((memory_config.memory, memory_config.options_for(memory_config.memory, task=task)))
+        for method in methods:
+            name, defaults = own_memory(method)
+            if name:
+                uses.append((name, memory_config.options_for(name, defaults, task=task)))
     return any(needs_llm(name, options) for name, options in uses)
 
 
@@ -114,6 +196,8 @@ class SeedMemories:
         output_dir: the run's folder (states are saved under it).
         seed: the evaluation seed.
         llm: the memory LLM (``None`` when no memory in use writes with one).
+        task: the task these memories belong to (``memory_scope: task``: cold per task, saved in a sub-folder per
+            task, with that task's ``task_memory_options``); ``None``: one memory for the whole run.
     """
 
     def __init__(
@@ -127,37 +211,40 @@ class SeedMemories:
         *,
         all_methods: list[str] | None = None,
         fingerprints: dict[str, str] | None = None,
+        task: str | None = None,
     ) -> None:
         from metamod.memory import MemoryConfig, build_memory_from_config
 
         config = memory_config if memory_config is not None else MemoryConfig()
         every = list(all_methods or methods)
         self.methods = list(methods)
+        self.task = task
         self.shared = None
         self.folders: dict[int, Path] = {}
         self.fingerprint: dict[int, str | None] = {}
         self.by_method: dict[str, Any] = {}
         self.observer: dict[int, str] = {}  # id(memory) -> the method whose questions it observes
+        self.gold_use: dict[int, str | None] = {}  # id(memory) -> the gold-derived signal it is defined to read
         self._memories: list[Any] = []
         self._counters: list[TokenCounter | None] = []
         prints = dict(fingerprints or {})
         if config.memory not in (None, "none"):
-            folder = output_dir / SHARED.format(seed=seed)
+            folder = output_dir / memory_folder(SHARED.format(seed=seed), task)
             observer = reference if reference in every else every[0]
             fp = prints.get(SHARED_KEY)
             state = folder if saved_fingerprint(folder) in (None, fp) else None
-            self.shared = build_memory_from_config(config, llm=self._counted(llm), seed=seed, state=state)
+            self.shared = build_memory_from_config(config, llm=self._counted(llm), seed=seed, state=state, task=task)
             self._add(self.shared, folder, observer, fp)
         for method in methods:
             name, defaults = own_memory(method)
             if name:
-                folder = output_dir / OWN.format(seed=seed, method=method)
+                folder = output_dir / memory_folder(OWN.format(seed=seed, method=method), task)
                 fp = prints.get(method)
                 state = folder if saved_fingerprint(folder) in (None, fp) else None
                 if state is None:
                     logger.warning("%s was saved with other settings of %s; starting it afresh", folder, method)
                 memory = build_memory_from_config(
-                    config, name=name, defaults=defaults, llm=self._counted(llm), seed=seed, state=state
+                    config, name=name, defaults=defaults, llm=self._counted(llm), seed=seed, state=state, task=task
                 )
                 self._add(memory, folder, method, fp)
                 self.by_method[method] = memory
@@ -171,6 +258,7 @@ class SeedMemories:
         return counter
 
     def _add(self, memory: Any, folder: Path, observer: str, fingerprint: str | None) -> None:
+        self.gold_use[id(memory)] = memory_gold_use(memory)
         self._memories.append(memory)
         self.folders[id(memory)] = folder
         self.observer[id(memory)] = observer
@@ -243,15 +331,14 @@ class SeedMemories:
                 elif trace is None:
                     trace = {"id": ex.id, "rounds": [], "single": _public(record)}
                 outcome = {"correct": bool(record["correct"]), "final_answer": record["final_answer"], "method": method}
-                memory.observe(
-                    Observation(
-                        ex,
-                        trace,
-                        outcome,
-                        decisions=list(record.get("decisions") or []),
-                        served=list(record.get("memory_items") or []),
-                    )
+                observation = Observation(
+                    ex,
+                    trace,
+                    outcome,
+                    decisions=list(record.get("decisions") or []),
+                    served=list(record.get("memory_items") or []),
                 )
+                memory.observe(observation if self.gold_use[id(memory)] else withhold_gold(observation))
             memory.end_batch()
             memory.extra.setdefault("observed", {}).setdefault(task, []).append(batch_number)
             if self.fingerprint[id(memory)] is not None:
@@ -336,9 +423,10 @@ def read_summaries(output_dir: Path) -> dict[str, Any]:
     from metamod.errors import load_json
 
     out = {}
-    for path in sorted(output_dir.glob(f"memory-seed*/{SUMMARY}")):
-        out[path.parent.name] = load_json(path, what="memory summary")
-    return out
+    for pattern in (f"memory-seed*/{SUMMARY}", f"memory-seed*/*/{SUMMARY}"):
+        for path in sorted(output_dir.glob(pattern)):
+            out[path.parent.relative_to(output_dir).as_posix()] = load_json(path, what="memory summary")
+    return dict(sorted(out.items()))
 
 
 def _public(record: dict[str, Any]) -> dict[str, Any]:
@@ -361,12 +449,14 @@ def observed_batches(extra: dict[str, Any], task: str) -> set[int]:
     return {int(b) for b in (extra.get("observed") or {}).get(task, [])}
 
 
-def memory_plan(config: Any, memory_config: Any, seed: int) -> list[tuple[str, str, list[str]]]:
-    """``(folder name, observed method, methods it serves)`` for every memory of one seed.
+def memory_plan(
+    config: Any, memory_config: Any, seed: int, task: str | None = None
+) -> list[tuple[str, str, list[str]]]:
+    """``(folder name, observed method, methods it serves)`` for every memory of one seed (and task scope).
 
     >>> from metamod.evaluate.config import EvalConfig
-    >>> memory_plan(EvalConfig(methods=["mro", "mc2"], reference_method="mro"), None, 0)
-    [('memory-seed0-mc2', 'mc2', ['mc2'])]
+    >>> memory_plan(EvalConfig(methods=["mro", "mc2"], reference_method="mro"), None, 0, "arith")
+    [('memory-seed0-mc2/arith', 'mc2', ['mc2'])]
     """
     plan = []
     own = {m: own_memory(m)[0] for m in config.methods}
@@ -374,8 +464,8 @@ def memory_plan(config: Any, memory_config: Any, seed: int) -> list[tuple[str, s
         served = [m for m in config.methods if not own[m]]
         if served:
             observer = config.reference_method if config.reference_method in config.methods else config.methods[0]
-            plan.append((SHARED.format(seed=seed), observer, served))
-    plan += [(OWN.format(seed=seed, method=m), m, [m]) for m in config.methods if own[m]]
+            plan.append((memory_folder(SHARED.format(seed=seed), task), observer, served))
+    plan += [(memory_folder(OWN.format(seed=seed, method=m), task), m, [m]) for m in config.methods if own[m]]
     return plan
 
 
@@ -396,30 +486,53 @@ def add_unobserved_cells(
     under :data:`SHARED_KEY`, a method's own under the method's name) starts afresh, so all its cells are redone.
     Returns the number of cells added.
     """
-    from metamod.errors import load_json
-
     added = 0
     cfg = memory_config if memory_config is not None else _default_memory_config()
     for seed in config.seeds:
-        for folder, observer, served in memory_plan(config, memory_config, seed):
-            manifest = output_dir / folder / "manifest.json"
-            extra = (load_json(manifest, what="memory manifest").get("extra") or {}) if manifest.is_file() else {}
-            expected = (fingerprints or {}).get(SHARED_KEY if folder == SHARED.format(seed=seed) else observer)
-            if extra.get("fingerprint") not in (None, expected):
-                extra = {}  # saved under other settings: it will start afresh, so every batch is to do again
-            methods = [m for m in config.methods if m in served or m == observer]
-            for task, exs in examples.items():
-                seen = observed_batches(extra, task)
-                size = cfg.batch_size_for(len(exs))
-                for number, ex in enumerate(exs):
-                    if number // size in seen:
-                        continue
-                    key = (task, seed, ex.id)
-                    have = missing.get(key, ())
-                    need = tuple(m for m in config.methods if m in have or m in methods)
-                    if need != have:
-                        added += len(need) - len(have)
-                        missing[key] = need
+        for scope in scoped_tasks(list(examples), memory_config):
+            added += _add_unobserved(
+                missing, output_dir, config, memory_config, examples, fingerprints, seed, scope, cfg
+            )
+    return added
+
+
+def _add_unobserved(
+    missing: dict[tuple[str, int, str], tuple[str, ...]],
+    output_dir: Path,
+    config: Any,
+    memory_config: Any,
+    examples: dict[str, list[Example]],
+    fingerprints: dict[str, str] | None,
+    seed: int,
+    scope: str | None,
+    cfg: Any,
+) -> int:
+    """:func:`add_unobserved_cells` for the memories of one seed and scope (a task, or ``None``: the run)."""
+    from metamod.errors import load_json
+
+    added = 0
+    for folder, observer, served in memory_plan(config, memory_config, seed, scope):
+        manifest = output_dir / folder / "manifest.json"
+        extra = (load_json(manifest, what="memory manifest").get("extra") or {}) if manifest.is_file() else {}
+        shared = folder == memory_folder(SHARED.format(seed=seed), scope)
+        expected = (fingerprints or {}).get(SHARED_KEY if shared else observer)
+        if extra.get("fingerprint") not in (None, expected):
+            extra = {}  # saved under other settings: it will start afresh, so every batch is to do again
+        methods = [m for m in config.methods if m in served or m == observer]
+        for task, exs in examples.items():
+            if scope is not None and task != scope:
+                continue
+            seen = observed_batches(extra, task)
+            size = cfg.batch_size_for(len(exs))
+            for number, ex in enumerate(exs):
+                if number // size in seen:
+                    continue
+                key = (task, seed, ex.id)
+                have = missing.get(key, ())
+                need = tuple(m for m in config.methods if m in have or m in methods)
+                if need != have:
+                    added += len(need) - len(have)
+                    missing[key] = need
     return added
 
 

@@ -34,16 +34,49 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
+#: the mark a method that uses gold-derived signals carries in every label (tables, plots, model cards)
+GOLD_MARK = "†"
+
+
+def gold_labels(labels: Mapping[str, str], gold_use: Mapping[str, str | None]) -> dict[str, str]:
+    """``labels`` with :data:`GOLD_MARK` after each method that uses gold-derived signals.
+
+    >>> gold_labels({"mc2": "Full MC2", "cot": "CoT"}, {"mc2": "correctness tag", "cot": None})
+    {'mc2': 'Full MC2 †', 'cot': 'CoT'}
+    """
+    return {m: f"{label} {GOLD_MARK}" if gold_use.get(m) else label for m, label in labels.items()}
+
+
+def gold_footnote(labels: Mapping[str, str], gold_use: Mapping[str, str | None]) -> list[str]:
+    """The footnote lines naming, per marked method, the gold-derived signal it uses ([] when none does).
+
+    >>> gold_footnote({"mc2": "Full MC2 †"}, {"mc2": "correctness tag"})
+    ['', '† Uses gold-derived signals (declared by the method; never the gold text in a prompt):', '- Full MC2: correctness tag']
+    """
+    used = [(m, reason) for m, reason in gold_use.items() if reason]
+    if not used:
+        return []
+    lines = ["", f"{GOLD_MARK} Uses gold-derived signals (declared by the method; never the gold text in a prompt):"]
+    for method, reason in used:
+        lines.append(f"- {labels.get(method, method).removesuffix(f' {GOLD_MARK}')}: {reason}")
+    return lines
+
+
 def markdown_tables(
-    results: Mapping[str, Mapping[str, Mapping[str, Any]]], labels: Mapping[str, str], *, simulated: bool
+    results: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    labels: Mapping[str, str],
+    *,
+    simulated: bool,
+    gold_use: Mapping[str, str | None] | None = None,
 ) -> str:
     """Two markdown tables: accuracy (methods x tasks, with 95% intervals and the average), and
     rounds / coverage / mis-aggregation / tokens per method and task.
 
     Args:
         results: ``results[task][method]`` metric dicts.
-        labels: display name per method.
+        labels: display name per method (methods using gold signals already marked, :func:`gold_labels`).
         simulated: label the tables as simulated.
+        gold_use: per method, the gold-derived signal it uses (a footnote under the accuracy table).
 
     Returns:
         Markdown text.
@@ -70,6 +103,7 @@ def markdown_tables(
             cells.append(f"{_pct(r['accuracy'])} [{_pct(r['accuracy_ci_low'])}, {_pct(r['accuracy_ci_high'])}]")
         avg = _pct(sum(accs) / len(accs)) if accs else "-"
         lines.append(f"| {labels.get(m, m)} | " + " | ".join(cells) + f" | {avg} |")
+    lines += gold_footnote(labels, gold_use or {})
     lines += [
         "",
         "Cells: accuracy [95% Wilson interval], n per task in the second table.",
@@ -268,22 +302,24 @@ def structure_table(memories: Mapping[str, Mapping[str, Any]], labels: Mapping[s
     >>> stats = {"organiser": "hdp", "components": 9, "births": {"novelty": 2, "sample": 0, "refit": 1},
     ...          "refits": [{"k_before": 8, "k_after": 9, "churn": 0.04}], "behaviours_by_source": {"corpus": 90},
     ...          "mined": {"questions": 10, "behaviours": 4, "empty": 7}}
-    >>> print(structure_table({"memory-seed0-bc_refit": {"stats": stats}}, {"bc_refit": "BC-TTT"}).splitlines()[5])
-    | BC-TTT | 0 | hdp | 9 | 2 / 0 / 1 | 1 | 4.0 | 90 / 0 | 7 of 10 |
+    >>> print(structure_table({"memory-seed0-bc_refit/aime25": {"stats": stats}}, {"bc_refit": "BC-TTT"}).splitlines()[5])
+    | BC-TTT | aime25 | 0 | hdp | 9 | 2 / 0 / 1 | 1 | 4.0 | 90 / 0 | 7 of 10 |
     """
     rows = []
     for folder, summary in sorted(memories.items()):
         stats = summary.get("stats") or {}
         if "organiser" not in stats:
             continue
-        seed, _, method = folder.removeprefix("memory-seed").partition("-")
+        base, _, task = folder.partition("/")  # memory-seed<k>[-<method>][/<task>] (memory_scope: task)
+        seed, _, method = base.removeprefix("memory-seed").partition("-")
         births = stats.get("births", {})
         refits = stats.get("refits", [])
         churn = f"{100 * sum(r['churn'] for r in refits) / len(refits):.1f}" if refits else "-"
         sources = stats.get("behaviours_by_source", {})
         mined = stats.get("mined", {})
         rows.append(
-            f"| {labels.get(method, method or 'shared')} | {seed} | {stats['organiser']} | {stats.get('components', 0)} "
+            f"| {labels.get(method, method or 'shared')} | {task or 'all'} | {seed} | {stats['organiser']} "
+            f"| {stats.get('components', 0)} "
             f"| {births.get('novelty', 0)} / {births.get('sample', 0)} / {births.get('refit', 0)} | {len(refits)} "
             f"| {churn} | {sources.get('corpus', 0)} / {sources.get('online', 0)} "
             f"| {mined.get('empty', 0)} of {mined.get('questions', 0)} |"
@@ -296,9 +332,9 @@ def structure_table(memories: Mapping[str, Mapping[str, Any]], labels: Mapping[s
                 "",
                 "## Cheatsheet structure after the run",
                 "",
-                "| Method | seed | organiser | K final | births novelty / sample / refit | refits | mean churn (%) "
-                "| behaviours corpus / online | questions with nothing mined |",
-                "|---|---|---|---|---|---|---|---|---|",
+                "| Method | task | seed | organiser | K final | births novelty / sample / refit | refits "
+                "| mean churn (%) | behaviours corpus / online | questions with nothing mined |",
+                "|---|---|---|---|---|---|---|---|---|---|",
                 *rows,
             ]
         )

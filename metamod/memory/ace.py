@@ -226,6 +226,13 @@ class ACEMemory(BaseMemory):
     uses_llm: ClassVar[bool] = True
 
     @classmethod
+    def gold_use(cls, options: Any) -> str | None:
+        """``use_correctness`` shows the reflector whether each solution was graded correct."""
+        if options is not None and options.use_correctness:
+            return "tells the reflector whether each solution was graded correct (use_correctness)"
+        return None
+
+    @classmethod
     def wants_llm(cls, options: ACEOptions | None) -> bool:
         """The reflector and the curator write with the memory LLM."""
         return True

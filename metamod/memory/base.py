@@ -20,7 +20,10 @@ Rules every memory follows:
 - **No gold before answering.** ``guidance`` and ``begin_batch`` may read the question (``example.prompt_text()``),
   ``example.id``, ``example.kind`` and ``example.choices`` only, never ``example.gold`` or anything derived from it;
   the same question with a different gold gets the same guidance. Gold-derived signals (``outcome["correct"]``, the
-  trace's per-round ``eta``) reach a memory only through ``observe``, after the question is finished.
+  trace's per-round ``eta``) reach a memory only through ``observe``, after the question is finished, and only when
+  the memory is defined to use them: :meth:`BaseMemory.gold_use` says so for given options. The harness gives every
+  other memory :func:`withhold_gold` observations (``correct`` is ``None``, gold-derived trace fields are gone and
+  the example's gold raises :class:`~metamod.tasks.base.GoldWithheldError` when read).
 - **Deterministic.** The same sequence of calls (and the same ``seed``) gives the same guidance and saved state.
 - **Batch-synchronous.** Observations change guidance only after ``end_batch()``: inside a batch, guidance does not
   depend on which questions of the same batch were already finished, nor in which order (so batched or sharded
@@ -67,8 +70,13 @@ logger = logging.getLogger(__name__)
 #: ``controller``: the three roles of the Reasoner-Monitor-Controller loop.
 ROLES: tuple[str, ...] = ("debater", "single", "moderator", "judge", "reasoner", "monitor", "controller")
 
-#: Keys every ``outcome`` passed to ``observe`` must carry.
+#: Keys every ``outcome`` passed to ``observe`` must carry (``correct`` is ``None`` when the gold is withheld).
 OUTCOME_KEYS: tuple[str, ...] = ("correct", "final_answer", "method")
+
+#: Trace and record fields derived from the gold answer (removed by :func:`withhold_gold`, at any depth).
+GOLD_FIELDS: frozenset[str] = frozenset(
+    {"gold", "eta", "etas", "correct", "covered", "score", "answer_correct", "final_correct", "first_correct_round"}
+)
 
 #: Marker and version written into every saved memory manifest.
 FILE_FORMAT = "metamod-memory"
@@ -111,9 +119,11 @@ class Observation:
     """A finished question as a memory sees it after answering.
 
     Attributes:
-        example: the question (its gold may be read now, but memories use ``outcome["correct"]``).
+        example: the question (memories defined to use gold signals read ``outcome["correct"]``, never the gold
+            text; for the others the harness passes an example whose gold raises when read).
         trace: the debate trace, MRO trace, or the single-agent record (``{"id", "rounds": [], "single": {...}}``).
-        outcome: at least ``correct`` (bool), ``final_answer`` (str or None) and ``method``.
+        outcome: at least ``correct`` (bool, or ``None`` when withheld), ``final_answer`` (str or None) and
+            ``method``.
         decisions: the method's decisions in order (e.g. the moderator's per-round outputs, the Controller's
             actions); empty when the method makes none.
         served: the ids of the memory items this question's prompts were built with.
@@ -226,7 +236,7 @@ def check_role(role: str) -> str:
 
 
 def check_outcome(example: Example, outcome: Mapping[str, Any]) -> None:
-    """Fail clearly when ``outcome`` lacks a required key or ``correct`` is not a bool.
+    """Fail clearly when ``outcome`` lacks a required key or ``correct`` is neither a bool nor ``None`` (withheld).
 
     >>> check_outcome(Example(id="q", question="?", gold="1", kind="math"), {"correct": True})
     Traceback (most recent call last):
@@ -240,10 +250,48 @@ def check_outcome(example: Example, outcome: Mapping[str, Any]) -> None:
         raise ValueError(
             f"observe(): outcome for example {example.id!r} is missing {missing}; expected keys {OUTCOME_KEYS}"
         )
-    if not isinstance(outcome["correct"], bool):
+    if outcome["correct"] is not None and not isinstance(outcome["correct"], bool):
         raise ValueError(
-            f"observe(): outcome['correct'] for example {example.id!r} must be a bool, got {outcome['correct']!r}"
+            f"observe(): outcome['correct'] for example {example.id!r} must be a bool or None (withheld), got "
+            f"{outcome['correct']!r}"
         )
+
+
+def strip_gold_fields(value: Any) -> Any:
+    """``value`` with every :data:`GOLD_FIELDS` key removed from its dicts, at any depth (lists and dicts copied).
+
+    >>> strip_gold_fields({"id": "q", "gold": "4", "rounds": [{"eta": 1, "responses": [{"answer": "4"}]}]})
+    {'id': 'q', 'rounds': [{'responses': [{'answer': '4'}]}]}
+    """
+    if isinstance(value, Mapping):
+        return {k: strip_gold_fields(v) for k, v in value.items() if k not in GOLD_FIELDS}
+    if isinstance(value, list | tuple):
+        return [strip_gold_fields(v) for v in value]
+    return value
+
+
+def withhold_gold(observation: Observation) -> Observation:
+    """The observation a memory NOT defined to use gold signals gets: no correctness, no gold-derived trace field,
+    and an example whose gold raises :class:`~metamod.tasks.base.GoldWithheldError` when read.
+
+    >>> from metamod.tasks.base import Example
+    >>> seen = withhold_gold(Observation(Example(id="q", question="2+2?", gold="4", kind="math"),
+    ...                                  {"id": "q", "gold": "4", "rounds": []},
+    ...                                  {"correct": True, "final_answer": "4", "method": "cot"}))
+    >>> seen.outcome["correct"], seen.trace, seen.example.prompt_text()
+    (None, {'id': 'q', 'rounds': []}, '2+2?')
+    >>> seen.example.gold
+    Traceback (most recent call last):
+    ...
+    metamod.tasks.base.GoldWithheldError: example 'q': the gold answer is withheld here (only methods defined to use gold-derived signals see them; docs/memory.md, "Gold")
+    """
+    return Observation(
+        observation.example.without_gold(),
+        strip_gold_fields(observation.trace),
+        {**observation.outcome, "correct": None},
+        decisions=[strip_gold_fields(d) for d in observation.decisions],
+        served=list(observation.served),
+    )
 
 
 def check_observation(observation: Observation) -> None:
@@ -278,6 +326,8 @@ class BaseMemory(ABC):
         name: the registry name.
         options_class: the options dataclass (``memory_options`` is validated against its fields).
         uses_llm: whether the memory may call the memory LLM (the harness loads one only when True).
+
+    Override :meth:`gold_use` when some options make the memory read gold-derived signals in ``observe``.
     """
 
     name: str = "base"
@@ -291,6 +341,16 @@ class BaseMemory(ABC):
         self._prepared: set[str] = set()
         #: caller's bookkeeping saved with the state (the eval harness records the batches observed here)
         self.extra: dict[str, Any] = {}
+
+    @classmethod
+    def gold_use(cls, options: Any) -> str | None:
+        """What gold-derived signal these options make the memory read after answering (``None``: none).
+
+        A memory whose method is defined to learn from correctness (MC²'s outcome tag, a curator told whether a
+        solution was right) says so here; the harness then passes it ``outcome["correct"]`` and the trace's ``eta``,
+        marks every method it serves ``uses_gold`` in results.json and the tables, and withholds them otherwise.
+        """
+        return None
 
     # ------------------------------------------------------------------ protocol
     def begin_batch(self, examples: Sequence[Example]) -> None:

@@ -195,6 +195,11 @@ class BehaviourBank(BaseMemory):
     def wants_llm(cls, options: BehaviourBankOptions) -> bool:
         return options.distiller == "llm"
 
+    @classmethod
+    def gold_use(cls, options: Any) -> str | None:
+        """Both distillers draw behaviours from each observed question's correctness and per-round ``eta``."""
+        return "learns from each observed question's correctness and per-round eta (metamod's behaviour bank)"
+
     # ------------------------------------------------------------------ protocol
     def compute_guidance(self, request: GuidanceRequest) -> Guidance:
         """Top-k committed behaviours for the role whose keys resemble the question (nothing when none qualify).

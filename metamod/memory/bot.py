@@ -11,7 +11,9 @@ The four BoT stages (MC² appendix B.2) on the memory protocol of :mod:`metamod.
    (``bot_generic_template``, id ``generic``). Ties go to the older template.
 3. **Instantiation**: solver roles (``single``, ``reasoner``, ``debater``) get ``bot_instantiate`` (the distilled
    problem and the template's steps) with ``item_ids=(template_id,)``; other roles get no guidance.
-4. **Buffer manager** (``consolidate``, at ``end_batch``): each finished question it learns from (``learn_from``)
+4. **Buffer manager** (``consolidate``, at ``end_batch``): each finished question it learns from (``learn_from``:
+   every answered question by default, as MC² B.2 builds a template from the solved trajectory; ``correct`` keeps
+   only the gold-correct ones and marks the method ``uses_gold``)
    yields one template: ``writer="llm"``: ONE batched call with ``bot_extract_template`` on the trajectory with the
    answers scrubbed out; ``writer="rule"``: from the question kind and the trajectory's equation lines. A template
    joins the buffer only when its description's best similarity to the stored ones is below ``novelty_threshold``,
@@ -109,7 +111,14 @@ class BoTOptions(MemoryOptions):
         },
     )
     max_templates: int = field(default=64, metadata={"help": "Buffer cap; the least-used, oldest templates go first."})
-    learn_from: str = field(default="correct", metadata={"help": f"Questions the manager learns from: {LEARN_FROM}."})
+    learn_from: str = field(
+        default="answered",
+        metadata={
+            "help": f"Questions the manager learns from: {LEARN_FROM}. answered (MC² B.2: a template from every "
+            "solved trajectory, no correctness filter); correct reads the gold grading (then the method is marked "
+            "uses_gold)."
+        },
+    )
     embedder: str = field(
         default="hashing", metadata={"help": f"Embedder: one of {sorted(EMBEDDERS)} or a dotted path."}
     )
@@ -343,6 +352,13 @@ class BufferOfThought(BaseMemory):
         """Whether these options call the memory LLM (``writer == "llm"``)."""
         return (options or BoTOptions()).writer == "llm"
 
+    @classmethod
+    def gold_use(cls, options: BoTOptions | None) -> str | None:
+        """``learn_from: correct`` keeps only the questions graded correct (not in BoT as MC² B.2 runs it)."""
+        if (options or BoTOptions()).learn_from == "correct":
+            return "learns thought templates only from questions graded correct (learn_from: correct)"
+        return None
+
     def __init__(
         self, options: BoTOptions | None = None, *, llm: Any = None, llm_sampling: Any = None, seed: int = 0
     ) -> None:
@@ -415,7 +431,7 @@ class BufferOfThought(BaseMemory):
             "question": ex.prompt_text(),
             "kind": ex.kind,
             "method": str(outcome["method"]),
-            "correct": bool(outcome["correct"]),
+            "correct": outcome["correct"],  # None unless learn_from: correct (then the harness passes the grading)
             "answered": outcome["final_answer"] is not None,
             "source": source,
             "solution": scrub(text, answers)[-MAX_SOLUTION_CHARS:],

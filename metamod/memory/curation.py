@@ -169,7 +169,7 @@ def solution_record(observation: Observation) -> dict[str, Any]:
         "kind": ex.kind,
         "method": str(outcome["method"]),
         "solution": text.strip()[-SOLUTION_CHARS:],
-        "correct": bool(outcome["correct"]),
+        "correct": outcome["correct"],  # None unless use_correctness (then the harness passes the grading)
         "answered": outcome["final_answer"] is not None,
         "served": list(observation.served),
     }

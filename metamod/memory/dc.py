@@ -207,6 +207,13 @@ class DynamicCheatsheet(BaseMemory):
     uses_llm: ClassVar[bool] = True
 
     @classmethod
+    def gold_use(cls, options: Any) -> str | None:
+        """``use_correctness`` shows the curator whether each solution was graded correct."""
+        if options is not None and options.use_correctness:
+            return "tells the curator whether each solution was graded correct (use_correctness)"
+        return None
+
+    @classmethod
     def wants_llm(cls, options: DCOptions | None) -> bool:
         """Both curators write with the memory LLM."""
         return True

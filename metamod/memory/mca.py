@@ -212,6 +212,11 @@ class MetaCognitiveAccumulator(BaseMemory):
         """Whether these options call the memory LLM (the harness loads one only then)."""
         return options.writer == "llm"
 
+    @classmethod
+    def gold_use(cls, options: Any) -> str | None:
+        """MC² tags each reflection success / failure from the correctness flag (C.1, C.4); never the gold text."""
+        return "the correctness flag as each reflection's success/failure tag (MC2 C.1, C.4)"
+
     def __init__(
         self,
         options: MCAOptions | Mapping[str, Any] | None = None,

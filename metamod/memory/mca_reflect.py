@@ -4,7 +4,8 @@ Everything here is deterministic and makes no model call. A *reflection* compres
 memory's queued record: ``id``, ``question``, ``trace``, ``outcome``) into a small structured summary:
 
 - the iteration count ``K`` (``T`` in C.1) and budget ``N``, the terminal ``status``;
-- ``outcome``: ``success`` / ``failure`` from ``outcome["correct"]``, used only as a tag;
+- ``outcome``: ``success`` / ``failure`` from ``outcome["correct"]``, used only as a tag (MC² C.1; the memory
+  declares it, :meth:`~metamod.memory.mca.MetaCognitiveAccumulator.gold_use`), never to select S+ / S-;
 - ``task_quality``: ``A`` (accepted or corrected in one iteration), ``B`` (accepted or corrected later), ``C``
   (otherwise); ``m_yes`` (Monitor flags) and ``c_3`` (Controller restarts);
 - a quality rating per role (``good`` / ``ok`` / ``poor``) and the role's trajectory: the Reasoner's answer per
@@ -340,15 +341,20 @@ def select(
     S+: the run took one iteration and the Controller accepted at once (``K == 1`` and ``a_1 == Accept``).
     S-: the run used the whole budget and still ended in a restart (``K == N`` and ``a_N == Restart``).
 
-    Our choice for records without Controller actions (the reasoner-only ablation, single-agent records and debate
-    traces): they have no action to select on, so the outcome tag decides (``success`` -> S+, ``failure`` -> S-).
-    Only reflections with a trajectory for ``role`` take part.
+    Records without Controller actions (the Reasoner + Updates ablation, single-agent records, debate traces) have
+    no action to select on. Eq. 9 selects without gold labels, so they are selected by the same two extremes read
+    off their trace, never by the correctness tag: S+ is task quality ``A`` (an answer at once, in one iteration),
+    S- is task quality ``C`` (no answer reached: the loop's counterpart of an exhausted budget). Runs in between
+    (``B``: an answer after several rounds) are in neither set, as in Eq. 9. Only reflections with a trajectory for
+    ``role`` take part.
 
-    >>> ok = Reflection("a", None, "single", "?", "success", 1, 1, "accepted", "A", trajectories={"reasoner": ["1"]})
-    >>> bad = Reflection("b", None, "single", "?", "failure", 1, 1, "accepted", "A", trajectories={"reasoner": ["2"]})
-    >>> [[r.id for r in s] for s in select([bad, ok], "reasoner")]
+    >>> ok = Reflection("a", None, "single", "?", "failure", 1, 1, "accepted", "A", trajectories={"reasoner": ["1"]})
+    >>> stuck = Reflection("b", None, "single", "?", "success", 1, 1, "max_iterations", "C",
+    ...                    trajectories={"reasoner": [None]})
+    >>> later = Reflection("c", None, "debate", "?", "success", 3, 3, "accepted", "B", trajectories={"reasoner": []})
+    >>> [[r.id for r in s] for s in select([stuck, ok, later], "reasoner")]  # the outcome tags play no part
     [['a'], ['b']]
-    >>> select([bad, ok], "monitor")
+    >>> select([stuck, ok], "monitor")
     ([], [])
     """
     plus: list[Reflection] = []
@@ -361,9 +367,9 @@ def select(
                 plus.append(r)
             elif r.iterations == r.max_iterations and r.actions[-1] == RESTART:
                 minus.append(r)
-        elif r.outcome == "success":
+        elif r.task_quality == "A":
             plus.append(r)
-        else:
+        elif r.task_quality == "C":
             minus.append(r)
     if max_reflections is not None:
         plus, minus = plus[:max_reflections], minus[:max_reflections]

@@ -136,11 +136,27 @@ class MemoryConfig:
             'e.g. {"top_k": 3, "window": 3}. Keys are checked against the fields of the memories in use.'
         },
     )
+    task_memory_options: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "Per task, memory_options that override the shared ones for that task's memories, e.g. "
+            '{"aime25": {"refit_interval": 10}} (the Bayesian Cheatsheet sets g per dataset, its Table 3).'
+        },
+    )
+    memory_scope: str = field(
+        default="task",
+        metadata={
+            "help": "task: every memory is keyed by (seed, task, method) and starts cold at each task (MC2 Alg. 1; "
+            "BC D.4), saved in memory-seed<k>[-<method>]/<task>/. run: one memory per (seed, method) carried from "
+            "task to task in config order (MC2 appendix G's transfer), saved in memory-seed<k>[-<method>]/."
+        },
+    )
     memory_path: str | None = field(
         default=None,
         metadata={
-            "help": "Saved memory folder to warm-start from (transfer across tasks); the run's own state then lives "
-            "in its output folder (memory-seed<k>/), which resume prefers. None: start empty."
+            "help": "Saved memory folder to warm-start every fresh memory from (transfer from another run, e.g. "
+            "runs/x/memory-seed0-mc2/gsm8k); the run's own state then lives in its output folder, which resume "
+            "prefers. None: start empty."
         },
     )
     memory_batch_size: int | None = field(
@@ -171,6 +187,15 @@ class MemoryConfig:
             raise ValueError(f"memory_batch_size must be >= 1 (or None for MC2's rule), got {self.memory_batch_size}")
         if not isinstance(self.memory_options, dict):
             raise ValueError(f"memory_options must be a dict, got {type(self.memory_options).__name__}")
+        if self.memory_scope not in ("task", "run"):
+            raise ValueError(f"memory_scope must be task or run, got {self.memory_scope!r}")
+        if not isinstance(self.task_memory_options, dict) or not all(
+            isinstance(v, dict) for v in self.task_memory_options.values()
+        ):
+            raise ValueError(
+                "task_memory_options must map task names to dicts of memory options, e.g. "
+                f'{{"aime25": {{"refit_interval": 10}}}}; got {self.task_memory_options!r}'
+            )
         if self.memory_temperature < 0:
             raise ValueError(f"memory_temperature must be >= 0, got {self.memory_temperature}")
         if self.memory_max_tokens < 1:
@@ -178,15 +203,21 @@ class MemoryConfig:
         if self.memory not in (None, "none"):  # the chosen memory's values; keys of other memories in use are
             parse_memory_options(self.memory, self.options_for(self.memory))  # checked by check_memory_options
 
-    def options_for(self, name: str, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Options of memory ``name``: ``defaults`` updated with the ``memory_options`` keys that memory has.
+    def options_for(
+        self, name: str, defaults: Mapping[str, Any] | None = None, *, task: str | None = None
+    ) -> dict[str, Any]:
+        """Options of memory ``name``: ``defaults`` updated with the ``memory_options`` keys that memory has, then
+        with ``task_memory_options[task]``'s.
 
-        >>> MemoryConfig(memory_options={"window": 2}).options_for("mca", {"consolidate": False})
-        {'consolidate': False, 'window': 2}
+        >>> config = MemoryConfig(memory_options={"window": 2}, task_memory_options={"math500": {"window": 4}})
+        >>> config.options_for("mca", {"consolidate": False}), config.options_for("mca", task="math500")
+        ({'consolidate': False, 'window': 2}, {'window': 4})
         """
         fields = {f.name for f in dataclasses.fields(memory_class(name).options_class)}
         out = dict(defaults or {})
         out.update({k: v for k, v in self.memory_options.items() if k in fields})
+        if task is not None:
+            out.update({k: v for k, v in (self.task_memory_options.get(task) or {}).items() if k in fields})
         return out
 
     def batch_size_for(self, num_questions: int) -> int:
@@ -212,17 +243,23 @@ def mc2_batch_size(num_questions: int) -> int:
 def check_memory_options(config: MemoryConfig, names: list[str]) -> None:
     """Every ``memory_options`` key must be an option of at least one memory in use (``names``)."""
     names = [n for n in names if n not in (None, "none")]
-    if not config.memory_options or not names:
-        if config.memory_options and not names:
-            raise ValueError("memory_options is set but no memory is in use (set memory, or a method with a memory)")
+    given = config.memory_options or config.task_memory_options
+    if not given or not names:
+        if given and not names:
+            raise ValueError(
+                "memory_options / task_memory_options is set but no memory is in use (set memory, or a method with a "
+                "memory)"
+            )
         return
     fields = {n: {f.name for f in dataclasses.fields(memory_class(n).options_class)} for n in names}
-    for key in config.memory_options:
-        if not any(key in f for f in fields.values()):
-            valid = sorted(set().union(*fields.values()))
-            raise ValueError(
-                f"memory_options: {key!r} is not an option of the memories in use {names}; valid: {', '.join(valid)}"
-            )
+    per_task = [(f"task_memory_options[{t!r}]", o) for t, o in config.task_memory_options.items()]
+    for where, options in [("memory_options", config.memory_options), *per_task]:
+        for key in options:
+            if not any(key in f for f in fields.values()):
+                valid = sorted(set().union(*fields.values()))
+                raise ValueError(
+                    f"{where}: {key!r} is not an option of the memories in use {names}; valid: {', '.join(valid)}"
+                )
 
 
 def memory_llm_sampling(config: MemoryConfig, seed: int) -> Any:
@@ -242,6 +279,7 @@ def build_memory_from_config(
     llm: Any = None,
     seed: int = 0,
     state: str | Path | None = None,
+    task: str | None = None,
 ) -> Memory:
     """Build a memory from a config and load a saved state when one exists.
 
@@ -253,12 +291,13 @@ def build_memory_from_config(
         seed: the evaluation seed (added to ``memory_seed``).
         state: a saved folder to resume from; when it holds no manifest, ``config.memory_path`` (a warm start) is
             loaded instead when set.
+        task: the task the memory serves (its ``task_memory_options`` apply); ``None``: a run-scoped memory.
 
     >>> build_memory_from_config(MemoryConfig()).name
     'none'
     """
     name = name or config.memory
-    options = config.options_for(name, defaults) if name not in (None, "none") else {}
+    options = config.options_for(name, defaults, task=task) if name not in (None, "none") else {}
     memory = build_memory(
         name, llm=llm, llm_sampling=memory_llm_sampling(config, seed), seed=config.memory_seed + seed, **options
     )

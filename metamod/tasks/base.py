@@ -14,6 +14,10 @@ from typing import Any
 ANSWER_KINDS = ("math", "mc", "yesno", "text", "approx", "game24", "code_output", "code_input", "code_function")
 
 
+class GoldWithheldError(RuntimeError):
+    """Raised when code that must not see the gold answer reads it (see :meth:`Example.without_gold`)."""
+
+
 @dataclass(frozen=True)
 class Example:
     """One benchmark item.
@@ -53,6 +57,21 @@ class Example:
         )
         return f"{self.question}\n{options}"
 
+    def without_gold(self) -> Example:
+        """The same question with its gold withheld: reading ``gold`` raises :class:`GoldWithheldError`.
+
+        >>> ex = Example(id="q1", question="1+1?", gold="2", kind="math").without_gold()
+        >>> ex.prompt_text(), ex.id
+        ('1+1?', 'q1')
+        >>> ex.gold
+        Traceback (most recent call last):
+        ...
+        metamod.tasks.base.GoldWithheldError: example 'q1': the gold answer is withheld here (only methods defined to use gold-derived signals see them; docs/memory.md, "Gold")
+        """
+        return GoldFreeExample(
+            id=self.id, question=self.question, gold="", kind=self.kind, choices=self.choices, meta=dict(self.meta)
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -74,3 +93,33 @@ class Example:
             choices=tuple(choices) if choices else None,
             meta=dict(data.get("meta") or {}),
         )
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class GoldFreeExample(Example):
+    """An :class:`Example` whose gold cannot be read (made by :meth:`Example.without_gold`)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "gold":
+            raise GoldWithheldError(
+                f"example {object.__getattribute__(self, 'id')!r}: the gold answer is withheld here (only methods "
+                'defined to use gold-derived signals see them; docs/memory.md, "Gold")'
+            )
+        return super().__getattribute__(name)
+
+    def __repr__(self) -> str:
+        return f"GoldFreeExample(id={self.id!r}, question={self.question!r}, kind={self.kind!r}, gold=<withheld>)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GoldFreeExample) and (self.id, self.question, self.kind, self.choices) == (
+            other.id,
+            other.question,
+            other.kind,
+            other.choices,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.question, self.kind, self.choices))
+
+    def without_gold(self) -> Example:
+        return self

@@ -42,7 +42,7 @@ from metamod.train.run_folder import (
     train_settings,
 )
 from metamod.train.sample_log import SampleLogger
-from metamod.train.sft import WARM_START_DIR
+from metamod.train.sft import WARM_START_DIR, warm_start_gold_use
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +108,9 @@ class ModeratorGRPOConfig(GRPOConfig):
     warm_start_targets: str = field(
         default="consensus",
         metadata={
-            "help": "Warm-start targets: consensus (STOP on unanimous debaters, no labels) or reward (the output the "
-            "format + control rewards score highest, read from the eta and gold training labels)."
+            "help": "Warm-start targets: consensus (STOP on unanimous debaters, no labels), reward (the policy the "
+            "configured rewards score highest: decision from eta, answer by majority unless an answer reward is "
+            "configured) or reward_gold (gold-correct answers: gold-supervised adjudication, marked uses_gold)."
         },
     )
     sample_log_steps: int = field(
@@ -143,8 +144,10 @@ class ModeratorGRPOConfig(GRPOConfig):
                 logger.info("No CUDA device: training on CPU in fp32 without gradient checkpointing")
                 self.use_cpu, self.bf16, self.fp16, self.gradient_checkpointing = True, False, False, False
         self._check_batch()
-        if self.warm_start_targets not in ("consensus", "reward"):
-            raise ValueError(f"warm_start_targets must be consensus or reward, got {self.warm_start_targets!r}")
+        from metamod.train.sft import TARGETS
+
+        if self.warm_start_targets not in TARGETS:
+            raise ValueError(f"warm_start_targets must be one of {sorted(TARGETS)}, got {self.warm_start_targets!r}")
         for name in ("warm_start_steps", "warm_start_batch_size", "sample_log_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -463,6 +466,7 @@ def _train(
         resumed=bool(resume),
         warm_start=args.warm_start,
         warm_start_targets=args.warm_start_targets if args.warm_start else None,
+        gold_use=warm_start_gold_use(args.warm_start_targets if args.warm_start else None, args.reward_funcs),
     )
     if trainer.accelerator.is_main_process:
         from metamod.files import atomic_write_json
@@ -499,6 +503,7 @@ def _warm_started_model(args, model_args, model_path, peft_config, train_ds, tok
             model_init_kwargs=model_init_kwargs or None,
             tokenizer=tokenizer,
             targets=args.warm_start_targets,
+            answer_reward="answer" in args.reward_funcs,
         )
     kwargs = dict(model_init_kwargs)
     dtype = kwargs.pop("dtype", "float32")

@@ -14,12 +14,15 @@ Heuristic targets (:func:`heuristic_target`), from the ``answers`` column of the
 The heuristic never sees gold or ``eta``: it only fixes the format and a consensus prior, and GRPO then learns
 the rest from the rewards.
 
-``warm_start_targets: reward`` uses the training labels instead (:func:`reward_target`): the output the paper's
-rewards score highest on that row, i.e. ``STOP`` with a debater's answer that the shared grader marks correct when
-``eta`` is 1 (the first such agent), ``CONTINUE`` when ``eta`` is 0, and on the forced-answer round a correct
-debater answer when there is one, else the majority. It reads ``gold`` exactly as the control reward reads ``eta``
-(training data only; the moderator never sees either in its prompt), so it starts GRPO near the policy the rewards
-define instead of near the consensus heuristic, which on real debaters that disagree mostly says ``CONTINUE``.
+``warm_start_targets: reward`` imitates the policy that maximises the CONFIGURED rewards (:func:`reward_target`):
+the decision from the row's ``eta`` label, exactly as the control reward reads it (``STOP`` when a correct answer
+is on the table, ``CONTINUE`` when none is), and the answer after ``STOP`` by a label-free rule, the majority of
+the round's answers (ties: the lowest agent), because the paper's rewards (format + control) never score the
+answer. Only when an answer reward is configured (``answer`` in ``reward_funcs``) does the answer maximising the
+rewards depend on the gold; then it is a debater's answer the shared grader marks correct, and the run records
+``gold_use`` (:func:`warm_start_gold_use`), which ``metamod eval`` shows as a dagger on the methods that use the
+adapter. ``warm_start_targets: reward_gold`` always picks the gold-correct answer: gold-supervised adjudication,
+an option labelled as such, not the paper's method.
 
 >>> heuristic_target(["12", "12.0"], "math", is_final_round=False)
 'STOP <answer>12</answer>'
@@ -29,7 +32,9 @@ define instead of near the consensus heuristic, which on real debaters that disa
 'STOP <answer>13</answer>'
 >>> heuristic_target([None, None], "math", is_final_round=True) is None
 True
->>> reward_target(["12", "13"], "math", gold="13", eta=1, is_final_round=False)
+>>> reward_target(["12", "13"], "math", gold="13", eta=1, is_final_round=False)  # the label-free majority
+'STOP <answer>12</answer>'
+>>> reward_target(["12", "13"], "math", gold="13", eta=1, is_final_round=False, gold_answers=True)
 'STOP <answer>13</answer>'
 >>> reward_target(["12", "14"], "math", gold="13", eta=0, is_final_round=False)
 'CONTINUE'
@@ -84,8 +89,34 @@ def heuristic_target(
 #: how warm-start targets are made: name -> what it reads (``metamod train --warm_start_targets``)
 TARGETS = {
     "consensus": "the debaters' answers only (STOP on unanimous agreement, the majority at T_max)",
-    "reward": "the training labels (eta, gold): the output the format + control rewards score highest",
+    "reward": "the policy the configured rewards score highest: the decision from eta (as the control reward), the "
+    "answer by majority (gold-correct only when an answer reward is configured)",
+    "reward_gold": "gold-supervised adjudication: the decision from eta and a gold-correct debater answer (not the "
+    "paper's method; marked uses_gold)",
 }
+
+
+def warm_start_gold_use(targets: str | None, reward_funcs: Sequence[str]) -> str | None:
+    """What gold-derived signal beyond ``eta`` a moderator trained this way learned from (``None``: none).
+
+    ``eta`` itself is every trained moderator's training label (the paper's control reward); what is flagged is
+    gold answer SELECTION: an answer reward, or warm-start targets that copy gold-correct answers.
+
+    >>> warm_start_gold_use("reward", ["format", "control"]) is None
+    True
+    >>> warm_start_gold_use("reward", ["format", "control", "answer"])
+    'trained to give gold-correct answers (answer reward; warm start targets the gold-correct answer)'
+    >>> warm_start_gold_use("reward_gold", ["format", "control"])
+    'trained to give gold-correct answers (warm_start_targets: reward_gold)'
+    """
+    reasons = []
+    if "answer" in reward_funcs:
+        reasons.append(
+            "answer reward" + ("; warm start targets the gold-correct answer" if targets == "reward" else "")
+        )
+    if targets == "reward_gold":
+        reasons.append("warm_start_targets: reward_gold")
+    return f"trained to give gold-correct answers ({'; '.join(reasons)})" if reasons else None
 
 
 def reward_target(
@@ -96,43 +127,56 @@ def reward_target(
     eta: int,
     is_final_round: bool,
     choices: Sequence[str] | None = None,
+    gold_answers: bool = False,
 ) -> str | None:
-    """The reward-maximising moderator output for one round (see the module docstring); ``None``: no target.
+    """The output the configured rewards score highest on one round (see the module docstring); ``None``: no target.
 
     Args:
         answers: each debater's extracted answer (``None`` when unparsable), in agent order.
-        kind: the answer kind, for grading.
-        gold: the row's gold answer.
+        kind: the answer kind, for voting and grading.
+        gold: the row's gold answer (read only with ``gold_answers``).
         eta: the row's oracle-availability label (1: some debater's answer is correct).
         is_final_round: whether this is the forced-answer round.
         choices: the options of a multiple-choice item.
+        gold_answers: answer with a gold-correct debater answer (an answer reward is configured, or
+            ``reward_gold``); else with the label-free majority.
 
     Returns:
-        ``"CONTINUE"``, ``"STOP <answer>...</answer>"``, or ``None`` (a forced round where no answer parses).
+        ``"CONTINUE"``, ``"STOP <answer>...</answer>"``, or ``None`` (no answer parses, or the labels disagree).
     """
+    from metamod.evaluate.voting import majority_answer
     from metamod.tasks.grading import is_equivalent
 
-    correct = next(
-        (a for a in answers if a is not None and is_equivalent(a, gold, kind, choices=choices)), None
-    )  # fmt: skip
-    if not is_final_round:
-        if int(eta) == 1 and correct is not None:
-            return f"STOP <answer>{str(correct).strip()}</answer>"
-        return "CONTINUE" if int(eta) == 0 else None  # eta 1 but no graded-correct answer: labels disagree, skip
-    if correct is not None:
-        return f"STOP <answer>{str(correct).strip()}</answer>"
-    return heuristic_target(answers, kind, is_final_round=True, choices=choices)
+    chosen = majority_answer(answers, kind=kind, choices=choices, tie_break="first")
+    if gold_answers:
+        correct = next((a for a in answers if a is not None and is_equivalent(a, gold, kind, choices=choices)), None)
+        if correct is not None:
+            chosen = correct
+        elif not is_final_round and int(eta) == 1:
+            return None  # eta 1 but no graded-correct answer: the labels disagree, skip the row
+    if not is_final_round and int(eta) == 0:
+        return "CONTINUE"
+    return None if chosen is None else f"STOP <answer>{str(chosen).strip()}</answer>"
 
 
-def build_warm_start_dataset(dataset, *, max_examples: int | None = None, seed: int = 0, targets: str = "consensus"):
+def build_warm_start_dataset(
+    dataset,
+    *,
+    max_examples: int | None = None,
+    seed: int = 0,
+    targets: str = "consensus",
+    answer_reward: bool = False,
+):
     """Turn moderator-dataset rows into prompt-completion rows with heuristic targets.
 
     Args:
         dataset: a ``datasets.Dataset`` with ``prompt``, ``answers``, ``kind`` and (optionally) ``is_final_round``.
         max_examples: keep at most this many rows (after shuffling with ``seed``).
         seed: shuffle seed.
-        targets: ``consensus`` (:func:`heuristic_target`) or ``reward`` (:func:`reward_target`, which also needs the
-            ``gold`` and ``eta`` columns).
+        targets: ``consensus`` (:func:`heuristic_target`), ``reward`` or ``reward_gold`` (:func:`reward_target`,
+            which also needs the ``gold`` and ``eta`` columns).
+        answer_reward: whether an answer reward is configured (``reward`` targets then answer with the gold-correct
+            answer, which that reward scores highest).
 
     Returns:
         A ``datasets.Dataset`` with columns ``prompt`` and ``completion`` (conversational).
@@ -141,7 +185,8 @@ def build_warm_start_dataset(dataset, *, max_examples: int | None = None, seed: 
 
     if targets not in TARGETS:
         raise ValueError(f"warm_start_targets must be one of {sorted(TARGETS)}, got {targets!r}")
-    needed = {"prompt", "answers", "kind"} | ({"gold", "eta"} if targets == "reward" else set())
+    needed = {"prompt", "answers", "kind"} | ({"gold", "eta"} if targets != "consensus" else set())
+    gold_answers = targets == "reward_gold" or (targets == "reward" and answer_reward)
     missing = sorted(needed - set(dataset.column_names))
     if missing:
         raise ValueError(
@@ -159,9 +204,15 @@ def build_warm_start_dataset(dataset, *, max_examples: int | None = None, seed: 
     for prompt, answers, kind, final, gold, eta, options in zip(
         dataset["prompt"], dataset["answers"], dataset["kind"], finals, golds, etas, choices, strict=True
     ):
-        if targets == "reward":
+        if targets != "consensus":
             target = reward_target(
-                list(answers), kind, gold=gold, eta=eta, is_final_round=bool(final), choices=options or None
+                list(answers),
+                kind,
+                gold=gold,
+                eta=eta,
+                is_final_round=bool(final),
+                choices=options or None,
+                gold_answers=gold_answers,
             )
         else:
             target = heuristic_target(list(answers), kind, is_final_round=bool(final), choices=options or None)
@@ -196,6 +247,7 @@ def run_warm_start(
     model_init_kwargs: dict[str, Any] | None = None,
     tokenizer=None,
     targets: str = "consensus",
+    answer_reward: bool = False,
 ) -> Path:
     """Fine-tune a fresh LoRA adapter on heuristic targets with ``trl.SFTTrainer`` and save it.
 
@@ -213,7 +265,8 @@ def run_warm_start(
         use_cpu, bf16: device settings, as for GRPO.
         model_init_kwargs: ``from_pretrained`` kwargs (dtype, attn_implementation, ...).
         tokenizer: tokenizer to use (loaded from the model path when ``None``).
-        targets: ``consensus`` or ``reward`` (see :data:`TARGETS`).
+        targets: a key of :data:`TARGETS`.
+        answer_reward: whether an answer reward is configured (see :func:`build_warm_start_dataset`).
 
     Returns:
         The folder holding ``adapter_model.safetensors`` and ``adapter_config.json``.
@@ -221,7 +274,9 @@ def run_warm_start(
     from trl import SFTConfig, SFTTrainer
 
     output_dir = Path(output_dir)
-    train = build_warm_start_dataset(dataset, max_examples=max_examples, seed=seed, targets=targets)
+    train = build_warm_start_dataset(
+        dataset, max_examples=max_examples, seed=seed, targets=targets, answer_reward=answer_reward
+    )
     args = SFTConfig(
         output_dir=str(output_dir),
         max_steps=max_steps,
