@@ -537,6 +537,7 @@ class Game24Task(TableTask):
             low, high = TOT_HARD_RANKS
             how = f"column {RANK_COLUMN!r}" if RANK_COLUMN in table else "row order (no Rank column)"
             if kept == 0:
+                self._table = self._valid = None  # a later call fails the same way
                 raise ValueError(
                     f"game24: {self.source} has no puzzle at ranks {low}-{high} (ranks read from the {how}); the "
                     "default selection='tot_hard' keeps only those, selection='all' keeps every row"
