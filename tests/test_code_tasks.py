@@ -8,7 +8,7 @@ import pytest
 from metamod.tasks import TASKS, TaskConfig, load_task
 from metamod.tasks.code_extract import parse_args, parse_literal
 from metamod.tasks.code_grading import code_problem, grade_code
-from metamod.tasks.code_tasks import LIVECODEBENCH_PRELUDE
+from metamod.tasks.code_tasks import LIVECODEBENCH_PRELUDE, RHDA102_IDS
 from metamod.tasks.synthetic_code import draw_function, draw_input, python_problem
 
 CODE_TASKS = [
@@ -160,6 +160,43 @@ def test_livecodebench_tasks_place_keyword_inputs(tmp_path):
     assert [ex.id for ex in renamed_task.examples()] == ["livecodebench_o-test-0", "livecodebench_o-test-1"]
     with pytest.raises(ValueError, match="column 'code' .* Set code_column"):
         load_task("cruxeval_o", data_files=str(renamed))
+
+
+def test_livecodebench_rhda102_selection(tmp_path, caplog, monkeypatch):
+    """rhda102 keeps the ids of RHDA's 102-problem file (sample_244..301, sample_435..478); all is the default."""
+    assert len(RHDA102_IDS) == 102 and {"sample_244", "sample_301", "sample_435", "sample_478"} <= RHDA102_IDS
+    assert not {"sample_243", "sample_302", "sample_434", "sample_479"} & RHDA102_IDS
+    rows = [dict(LCB_ROWS[0], id=sample) for sample in ("sample_243", "sample_244", "sample_301", "sample_302")]
+    rows += [dict(LCB_ROWS[1], id=sample, contest_date="2023-06-04") for sample in ("sample_434", "sample_435")]
+    data = _jsonl(tmp_path / "lcb.jsonl", rows)
+    assert len(load_task("livecodebench_o", data_files=data)) == 6
+    with caplog.at_level("INFO", logger="metamod.tasks.code_tasks"):
+        task = load_task("livecodebench_i", data_files=data, selection="rhda102")
+    assert [ex.id for ex in task.examples()] == [
+        "livecodebench_i-sample_244",
+        "livecodebench_i-sample_301",
+        "livecodebench_i-sample_435",
+    ]
+    assert task.skipped_ids == [] and "kept 3 of 6 rows" in caplog.text
+    assert "4 rows have a contest_date after 2023-10-01" in caplog.text
+    assert TaskConfig(task="livecodebench_o", task_selection="rhda102").options() == {"selection": "rhda102"}
+    with pytest.raises(ValueError, match="selection must be one of all, rhda102"):
+        load_task("livecodebench_o", data_files=data, selection="recent")
+    with pytest.raises(ValueError, match="task_selection is not an option of task 'cruxeval_o'"):
+        TaskConfig(task="cruxeval_o", task_selection="rhda102")
+    no_ids = _jsonl(tmp_path / "no_ids.jsonl", [{k: v for k, v in row.items() if k != "id"} for row in rows])
+    with pytest.raises(ValueError, match="column 'id' \\(set by id_column\\) not found"):
+        load_task("livecodebench_o", data_files=no_ids, selection="rhda102")
+
+    # from the hub, a count other than 102 is worth a warning (the split may have changed since RHDA's download)
+    from metamod.tasks import benchmarks as benchmarks_module
+
+    table = {column: [row.get(column) for row in rows] for column in rows[0]}
+    monkeypatch.setattr(benchmarks_module, "load_hub_table", lambda path, config, split: table)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="metamod.tasks.code_tasks"):
+        assert len(load_task("livecodebench_o", selection="rhda102")) == 3
+    assert "expected the 102 rows of RHDA's file" in caplog.text
 
 
 # ------------------------------------------------------------------------------------------- induction loaders

@@ -234,6 +234,10 @@ def test_mc2_paper_configs_parse(name, model, template_kwargs):
     assert config.max_iterations == 3 and config.sc_samples == 5 and config.max_tokens >= 4096
     assert ToTOptions(**config.method_options["tot"]) == ToTOptions(candidates=5, keep=2, depth=2)
     assert config.task_config("game24").task_source == "hub"
+    # MC2's 100 Game-of-24 puzzles are ToT's ranks 901-1000 (the default selection), TheoremQA all 800 (the default)
+    assert config.task_config("game24").task_limit is None and config.task_config("game24").task_selection is None
+    assert config.task_config("game24").load().selection == "tot_hard"
+    assert config.task_config("theoremqa").load().include_images is True
     for task in config.tasks:
         config.task_config(task)
     agent = resolve_models(config)["agent"]

@@ -10,12 +10,14 @@ import pytest
 from metamod.tasks import TASKS, TaskConfig, load_task
 from metamod.tasks import benchmarks as benchmarks_module
 from metamod.tasks.game24 import (
+    TOT_HARD_RANKS,
     Game24Task,
     canonical_expression,
     check_expression,
     count_solutions,
     near_misses,
     puzzle_numbers,
+    puzzle_ranks,
     solve,
 )
 from metamod.tasks.grading import extract_answer, is_equivalent, normalize_answer
@@ -226,6 +228,8 @@ def test_generated_stream_repeats_only_after_every_puzzle_is_used(caplog):
         ({"num_examples": 0}, "num_examples must be a positive integer"),
         ({"split": "validation"}, "split must be one of train, test"),
         ({"limit": 0}, "limit must be a positive integer"),
+        ({"selection": "all"}, "selection is for a puzzle table"),
+        ({"source": "hub", "selection": "hard"}, "selection must be one of tot_hard, all"),
     ],
 )
 def test_bad_options(options, message):
@@ -243,7 +247,7 @@ def test_game24_reads_a_local_file_and_skips_bad_rows(tmp_path, caplog):
         "4,1 2 3,5,1%\n5,4 7 8 8,6,90%\n"
     )
     with caplog.at_level(logging.WARNING, logger="metamod.tasks.benchmarks"):
-        task = load_task("game24", data_files=str(path))
+        task = load_task("game24", data_files=str(path), selection="all")
     examples = list(task.examples())
     assert [ex.gold for ex in examples] == ["1 1 4 6", "1 1 11 11", "4 7 8 8"]
     assert [ex.id for ex in examples] == ["game24-train-0", "game24-train-1", "game24-train-4"]
@@ -256,10 +260,55 @@ def test_game24_reads_a_local_file_and_skips_bad_rows(tmp_path, caplog):
     jsonl.write_text(
         "".join(json.dumps({"id": f"p{i}", "q": q}) + "\n" for i, q in enumerate(["3 3 8 8", [1, 2, 3, 4]]))
     )
-    task = load_task("game24", data_files=str(jsonl), question_column="q", id_column="id", limit=1, seed=0)
+    task = load_task(
+        "game24", data_files=str(jsonl), question_column="q", id_column="id", selection="all", limit=1, seed=0
+    )
     assert len(list(task.examples())) == 1 and {ex.id for ex in task.examples(limit=5)} == {"p0", "p1"}
     with pytest.raises(ValueError, match="column 'Puzzles' .* Set question_column"):
-        load_task("game24", data_files=str(jsonl))
+        load_task("game24", data_files=str(jsonl), selection="all")
+
+
+# The Tree-of-Thoughts 24.csv header (and the columns of its hub copy test-time-compute/game-of-24).
+TOT_HEADER = "Rank,Puzzles,AMT (s),Solved rate,1-sigma Mean (s),1-sigma STD (s)\n"
+
+
+def _tot_table(tmp_path, ranks):
+    """A small synthetic table in the real 24.csv schema: solvable puzzles, the given ranks, made-up timings."""
+    puzzles = ["1 2 3 4", "2 3 4 5", "3 3 8 8", "1 5 5 5", "2 2 6 6", "4 4 6 8", "1 3 4 6", "5 5 5 9"]
+    lines = [f"{rank},{puzzles[i]},{9 + i / 10:.2f},{90 - i}.50%,9.9,3.1\n" for i, rank in enumerate(ranks)]
+    path = tmp_path / "24.csv"
+    path.write_text(TOT_HEADER + "".join(lines))
+    return str(path)
+
+
+def test_default_selection_is_the_tot_hard_set_by_rank(tmp_path, caplog):
+    """Ranks 901-1000 inclusive, read from the Rank column (whatever the row order), are the default for a file."""
+    assert TOT_HARD_RANKS == (901, 1000)
+    path = _tot_table(tmp_path, [899, 900, 901, 950, 1000, 1001, "n/a", 902])
+    with caplog.at_level(logging.INFO, logger="metamod.tasks.game24"):
+        task = load_task("game24", data_files=path)
+    examples = list(task.examples())
+    assert [ex.meta["rank"] for ex in examples] == ["901", "950", "1000", "902"]
+    assert [ex.id for ex in examples] == ["game24-train-2", "game24-train-3", "game24-train-4", "game24-train-7"]
+    assert task.skipped_ids == [] and "kept the 4 puzzles at ranks 901-1000 of 8 rows" in caplog.text
+    assert len(load_task("game24", data_files=path, selection="all")) == 8
+    assert len(list(load_task("game24", data_files=path, limit=2, seed=3).examples())) == 2  # a sample of the 4
+
+
+def test_tot_hard_without_a_rank_column_uses_the_row_order(tmp_path):
+    rows = [{"Puzzles": "1 1 4 6"}] * 905
+    rows[900] = {"Puzzles": "4 5 6 10"}  # row 901 of the list
+    path = tmp_path / "puzzles.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    examples = list(load_task("game24", data_files=str(path)).examples())
+    assert len(examples) == 5 and examples[0].gold == "4 5 6 10" and examples[0].id == "game24-train-900"
+    assert puzzle_ranks({"Puzzles": ["a", "b"]}, 2) == [1, 2]
+
+
+def test_tot_hard_fails_clearly_when_no_row_is_in_range(tmp_path):
+    path = _tot_table(tmp_path, [1, 2, 3])
+    with pytest.raises(ValueError, match="no puzzle at ranks 901-1000 .* selection='all' keeps every row"):
+        load_task("game24", data_files=path)
 
 
 def test_game24_hub_path_and_missing_hub(monkeypatch, tmp_path):
@@ -267,13 +316,14 @@ def test_game24_hub_path_and_missing_hub(monkeypatch, tmp_path):
 
     def fake_hub(path, config, split):
         calls.append((path, config, split))
-        return {"Rank": [1, 2], "Puzzles": ["4 5 6 10", "1 1 1 1"]}
+        return {"Rank": [900, 901, 902], "Puzzles": ["1 2 3 4", "4 5 6 10", "1 1 1 1"]}
 
     monkeypatch.setattr(benchmarks_module, "load_hub_table", fake_hub)
     task = load_task("game24", source="hub")
     assert calls == []  # the hub is only touched when examples are requested
-    assert [(ex.id, ex.gold) for ex in task.examples()] == [("game24-train-0", "4 5 6 10")]
+    assert [(ex.id, ex.gold) for ex in task.examples()] == [("game24-train-1", "4 5 6 10")]  # rank 901; 902 unsolvable
     assert calls == [("test-time-compute/game-of-24", None, "train")]
+    assert [ex.gold for ex in load_task("game24", source="hub", selection="all").examples()] == ["1 2 3 4", "4 5 6 10"]
 
     def offline(path, config, split):
         raise RuntimeError(
@@ -291,6 +341,8 @@ def test_task_config_selects_game24(tmp_path):
     cfg = TaskConfig(task="game24", task_num_examples=3, task_seed=2)
     assert [ex.id for ex in cfg.load().examples()] == ["game24-2-0", "game24-2-1", "game24-2-2"]
     assert TaskConfig(task="game24", task_source="hub").load().mode == "hub"
+    assert TaskConfig(task="game24", task_source="hub").load().selection == "tot_hard"
+    assert TaskConfig(task="game24", task_source="hub", task_selection="all").options()["selection"] == "all"
     with pytest.raises(ValueError, match="task_source is not an option of task 'gsm8k'"):
         TaskConfig(task="gsm8k", task_source="hub")
 

@@ -100,7 +100,7 @@ def test_theoremqa_gold_unusable(value, answer_type):
 def test_loads_a_local_file_with_kinds_per_answer_type(tmp_path, caplog):
     path = _write_jsonl(tmp_path / "theoremqa.jsonl", ROWS)
     with caplog.at_level(logging.INFO, logger="metamod.tasks.theoremqa"):
-        task = load_task("theoremqa", data_files=path)
+        task = load_task("theoremqa", data_files=path, include_images=False)
     examples = list(task.examples())
     assert [(ex.kind, ex.gold) for ex in examples] == [
         ("approx", "0.02"),
@@ -132,12 +132,18 @@ def test_loads_a_local_file_with_kinds_per_answer_type(tmp_path, caplog):
         assert is_equivalent(ex.gold, ex.gold, ex.kind, ex.choices), ex.gold
 
 
-def test_include_images_keeps_picture_questions(tmp_path):
+def test_picture_questions_are_kept_by_default_as_text(tmp_path, caplog):
+    """All 800 by default (the MC2 paper's count): a picture question is asked as text and marked in meta."""
     path = _write_jsonl(tmp_path / "theoremqa.jsonl", ROWS)
-    task = load_task("theoremqa", data_files=path, include_images=True)
+    with caplog.at_level(logging.INFO, logger="metamod.tasks.theoremqa"):
+        task = load_task("theoremqa", data_files=path)
     pictured = [ex for ex in task.examples() if ex.meta.get("has_picture")]
-    assert [(ex.id, ex.gold) for ex in pictured] == [("theoremqa-test-6", "63.4")]
-    assert task.left_out_pictures == 0 and len(task) == 8
+    assert [(ex.id, ex.gold, ex.question) for ex in pictured] == [("theoremqa-test-6", "63.4", ROWS[6]["Question"])]
+    assert task.left_out_pictures == 0 and task.picture_questions == 1 and len(task) == 8
+    assert caplog.text.count("1 of 10 questions come with a picture; they are asked as text only") == 1
+    assert load_task("theoremqa", data_files=path, include_images=True).picture_questions == 1
+    dropped = load_task("theoremqa", data_files=path, include_images=False)
+    assert len(dropped) == 7 and dropped.left_out_pictures == 1 and dropped.picture_questions == 1
     with pytest.raises(ValueError, match="include_images must be true or false"):
         load_task("theoremqa", data_files=path, include_images="yes")
 
@@ -185,7 +191,8 @@ def test_hub_loading_path_and_missing_hub(monkeypatch):
     assert calls == []  # the hub is only touched when examples are requested
     examples = list(task.examples())
     assert calls == [("TIGER-Lab/TheoremQA", None, "test")] and len(examples) == 3
-    assert len(list(load_task("theoremqa").examples())) == 7
+    assert len(list(load_task("theoremqa").examples())) == 8
+    assert len(list(load_task("theoremqa", include_images=False).examples())) == 7
 
     def offline(path, config, split):
         raise RuntimeError(

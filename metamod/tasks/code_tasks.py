@@ -24,6 +24,8 @@ Row layouts (docs/tasks.md, "Code reasoning"):
 from __future__ import annotations
 
 import ast
+import datetime as dt
+import itertools
 import logging
 import math
 from collections.abc import Sequence
@@ -54,6 +56,34 @@ from math import ceil, comb, factorial, floor, gcd, inf, isqrt, lcm, log, log2, 
 from operator import itemgetter
 from string import ascii_letters, ascii_lowercase, ascii_uppercase, digits
 from typing import Any, Dict, List, Optional, Set, Tuple"""
+
+
+#: Which rows of ``livecodebench/execution-v2`` (479) the LiveCodeBench tasks keep: ``all``, or ``rhda102``.
+LIVECODEBENCH_SELECTIONS = ("all", "rhda102")
+#: The ``id`` of each of the 102 rows in RHDA's LiveCodeBench file (``data/deductive/livecodebench.jsonl`` of
+#: TnTWoW/code_reasoning, written by its ``data/download_livecodebench.py``): execution-v2 rows ``sample_244`` ..
+#: ``sample_301`` and ``sample_435`` .. ``sample_478``, the problems of contests held after
+#: :data:`RHDA102_AFTER` (2023-10-08 to 2023-11-25). MARCO's LiveCodeBench scores are all multiples of 1/102.
+RHDA102_IDS = frozenset(f"sample_{n}" for n in itertools.chain(range(244, 302), range(435, 479)))
+#: RHDA's rule: keep the execution-v2 rows whose ``contest_date`` is later than this day (its midnight).
+RHDA102_AFTER = dt.date(2023, 10, 1)
+
+
+def contest_day(value: Any) -> dt.date | None:
+    """The day of a LiveCodeBench ``contest_date`` cell (a datetime on the hub, ISO text in exports), else ``None``.
+
+    >>> contest_day("2023-10-08T00:00:00"), contest_day(dt.datetime(2023, 11, 25, 19, 30)), contest_day("soon")
+    (datetime.date(2023, 10, 8), datetime.date(2023, 11, 25), None)
+    """
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    text = _as_text(value)
+    try:
+        return dt.date.fromisoformat(text[:10]) if text else None
+    except ValueError:
+        return None
 
 
 # --------------------------------------------------------------------------------------------- questions
@@ -274,13 +304,90 @@ class LiveCodeBenchOTask(CodeExecutionTask):
     """LiveCodeBench-O (deduction). Hub ``livecodebench/execution-v2``, split ``test`` (479 rows): ``code``,
     ``input`` (a call, ``name(a = 1)``), ``output``, ``function_name``, ``id`` (``sample_0``...), ``question_id``,
     ``contest_id``, ``contest_date``, ``difficulty``, ``numsteps``, ``problem_id``. The functions run after
-    :data:`LIVECODEBENCH_PRELUDE` (the imports the solutions assume)."""
+    :data:`LIVECODEBENCH_PRELUDE` (the imports the solutions assume).
+
+    Args:
+        selection: ``all`` (default: every row) or ``rhda102``: the 102 rows of RHDA's LiveCodeBench file
+            (:data:`RHDA102_IDS`, picked by the ``id`` column), which MARCO's numbers fit; see docs/tasks.md.
+        Other arguments: as :class:`CodeExecutionTask`.
+    """
 
     name, kind, subtask, dataset = "livecodebench_o", "code_output", "deduction", "livecodebench"
     hub_path = "livecodebench/execution-v2"
     entry_column = "function_name"
     prelude = LIVECODEBENCH_PRELUDE
     meta_columns = ("difficulty", "question_id", "contest_id", "contest_date", "numsteps")
+
+    def __init__(
+        self,
+        path: str | None = None,
+        split: str | None = None,
+        data_files: str | None = None,
+        subset: str | None = None,
+        code_column: str | None = None,
+        input_column: str | None = None,
+        output_column: str | None = None,
+        entry_column: str | None = None,
+        id_column: str | None = None,
+        selection: str = "all",
+        limit: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if selection not in LIVECODEBENCH_SELECTIONS:
+            raise ValueError(
+                f"{self.name}: selection must be one of {', '.join(LIVECODEBENCH_SELECTIONS)}, got {selection!r}"
+            )
+        self.selection = selection
+        super().__init__(
+            path=path,
+            split=split,
+            data_files=data_files,
+            subset=subset,
+            code_column=code_column,
+            input_column=input_column,
+            output_column=output_column,
+            entry_column=entry_column,
+            id_column=id_column,
+            limit=limit,
+            seed=seed,
+        )
+
+    def _required_columns(self) -> dict[str, str | None]:
+        columns = super()._required_columns()
+        if self.selection == "rhda102":  # the selection picks rows by their execution-v2 id
+            columns["id_column"] = self.id_column
+        return columns
+
+    def _keep(self, index: int) -> bool:
+        return self.selection == "all" or _as_text(self._table[self.id_column][index]) in RHDA102_IDS
+
+    def _load(self) -> tuple[Table, list[int]]:
+        first = self._table is None
+        table, valid = super()._load()
+        if first and self.selection == "rhda102":
+            rows = self._num_rows()
+            kept = sum(1 for index in range(rows) if self._keep(index))
+            days = [contest_day(value) for value in table.get("contest_date", [])]
+            after = sum(1 for day in days if day is not None and day > RHDA102_AFTER)
+            logger.info(
+                "%s: selection='rhda102' kept %d of %d rows (RHDA's 102 ids); %d rows have a contest_date after %s",
+                self.source,
+                kept,
+                rows,
+                after,
+                RHDA102_AFTER,
+            )
+            if self.data_files is None and (kept != len(RHDA102_IDS) or (days and after != kept)):
+                logger.warning(
+                    "%s: expected the %d rows of RHDA's file, all dated after %s; found %d selected rows and %d "
+                    "rows after that date: the hub split may differ from the one RHDA downloaded",
+                    self.source,
+                    len(RHDA102_IDS),
+                    RHDA102_AFTER,
+                    kept,
+                    after,
+                )
+        return table, valid
 
 
 class LiveCodeBenchITask(LiveCodeBenchOTask):

@@ -78,7 +78,19 @@ class TaskConfig:
     )
     task_include_images: bool | None = field(
         default=None,
-        metadata={"help": "theoremqa only: keep the questions that come with a picture (None/false: leave them out)."},
+        metadata={
+            "help": "theoremqa and physreason: keep the questions/problems that come with a picture or figure, asked "
+            "as text only (None: the default, true for both: theoremqa keeps all 800; false leaves them out and logs "
+            "the count)."
+        },
+    )
+    task_selection: str | None = field(
+        default=None,
+        metadata={
+            "help": "Which rows of a benchmark to keep. game24 (hub/file): tot_hard (default: the 100 puzzles at "
+            "ranks 901-1000 of the Tree-of-Thoughts list) or all; livecodebench_o/_i: all (default: 479 rows) or "
+            "rhda102 (the 102 problems of RHDA's LiveCodeBench file, contests after 2023-10-01). See docs/tasks.md."
+        },
     )
     task_limit: int | None = field(
         default=None,

@@ -10,7 +10,8 @@ Three pieces live here:
 * :func:`solve`, a small exact solver (memoised per multiset of numbers), used to keep generated puzzles solvable
   and to give each one a reference solution and a difficulty proxy.
 * :class:`Game24Task`, registered as ``game24``: an offline seeded stream of solvable puzzles by default, or the
-  puzzles of a local file / Hugging Face dataset (``test-time-compute/game-of-24``, the Tree-of-Thoughts list).
+  puzzles of a local file / Hugging Face dataset (``test-time-compute/game-of-24``, the Tree-of-Thoughts list), by
+  default only the 100 hard puzzles at ranks 901-1000 of that list (the set Tree-of-Thoughts and MC2 evaluate on).
 
 Unary minus (and plus) is rejected: the puzzle allows only the four binary operations on the given numbers, so
 ``-4 + 28`` style answers that bring in a negated number are not solutions. Literals must be written as integers
@@ -32,6 +33,7 @@ from typing import Any
 
 from metamod.tasks.base import Example
 from metamod.tasks.benchmarks import TableTask, _as_text
+from metamod.tasks.sources import Table
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,12 @@ NUMBERS_PER_PUZZLE = 4
 HUB_PATH = "test-time-compute/game-of-24"
 SOURCES = ("generated", "hub", "file")
 SPLITS = ("train", "test")
+#: Which rows of a puzzle table (hub or file) become examples: ``tot_hard`` = ranks :data:`TOT_HARD_RANKS`, ``all``.
+SELECTIONS = ("tot_hard", "all")
+#: The first and last rank (inclusive) of the Tree-of-Thoughts test puzzles: ``data[900:1000]`` of its ``24.csv``.
+TOT_HARD_RANKS = (901, 1000)
+#: The column of the Tree-of-Thoughts list holding each puzzle's rank (1 = solved fastest by people).
+RANK_COLUMN = "Rank"
 
 #: Surface forms rewritten before parsing (LaTeX and typographic operators, brackets used as parentheses).
 _SURFACE = (
@@ -444,7 +452,10 @@ class Game24Task(TableTask):
             solution, are skipped and counted.
         id_column: a column holding stable row ids (default: ids ``game24-<split>-<row>``).
         num_examples: generated only: length of the stream (default 1000).
-        limit: the number of examples (generated: the first ``limit`` of the stream; file/hub: a seeded subsample).
+        selection: file/hub only: ``tot_hard`` (default) keeps the rows ranked 901-1000 (:func:`puzzle_ranks`), the
+            100 hard puzzles Tree-of-Thoughts evaluates on; ``all`` keeps every row.
+        limit: the number of examples (generated: the first ``limit`` of the stream; file/hub: a seeded subsample
+            of the selected rows, e.g. ``selection="all", limit=100`` for 100 random puzzles of the whole list).
         seed: generator seed (generated) or subsample seed (file/hub).
     """
 
@@ -461,6 +472,7 @@ class Game24Task(TableTask):
         question_column: str | None = None,
         id_column: str | None = None,
         num_examples: int | None = None,
+        selection: str | None = None,
         limit: int | None = None,
         seed: int = 0,
     ) -> None:
@@ -478,7 +490,16 @@ class Game24Task(TableTask):
             raise ValueError(f"game24: num_examples must be a positive integer, got {num_examples!r}")
         if source == "generated" and split is not None and split not in SPLITS:
             raise ValueError(f"game24: split must be one of {', '.join(SPLITS)} for generated puzzles, got {split!r}")
+        if source == "generated" and selection is not None:
+            raise ValueError(
+                f"game24: selection is for a puzzle table (source='hub' or 'file'), got selection={selection!r} with "
+                "source='generated'"
+            )
+        if selection is not None and selection not in SELECTIONS:
+            raise ValueError(f"game24: selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
         self.mode = source
+        self.selection = None if source == "generated" else selection or "tot_hard"
+        self._ranks: list[int | None] | None = None
         self.num_examples = 1000 if num_examples is None else num_examples
         column = question_column or type(self).question_column
         super().__init__(
@@ -498,6 +519,39 @@ class Game24Task(TableTask):
         return super().source
 
     # -- rows of a file or the hub ------------------------------------------------------------------------------
+
+    def _keep(self, index: int) -> bool:
+        if self.selection != "tot_hard":
+            return True
+        if self._ranks is None:
+            self._ranks = puzzle_ranks(self._table, self._num_rows())
+        low, high = TOT_HARD_RANKS
+        rank = self._ranks[index]
+        return rank is not None and low <= rank <= high
+
+    def _load(self) -> tuple[Table, list[int]]:
+        first = self._table is None
+        table, valid = super()._load()
+        if first and self.selection == "tot_hard":
+            kept = sum(1 for index in range(self._num_rows()) if self._keep(index))
+            low, high = TOT_HARD_RANKS
+            how = f"column {RANK_COLUMN!r}" if RANK_COLUMN in table else "row order (no Rank column)"
+            if kept == 0:
+                self._table = self._valid = None  # a later call fails the same way
+                raise ValueError(
+                    f"game24: {self.source} has no puzzle at ranks {low}-{high} (ranks read from the {how}); the "
+                    "default selection='tot_hard' keeps only those, selection='all' keeps every row"
+                )
+            logger.info(
+                "%s: kept the %d puzzles at ranks %d-%d of %d rows (ranks from the %s; selection='all' keeps all)",
+                self.source,
+                kept,
+                low,
+                high,
+                self._num_rows(),
+                how,
+            )
+        return table, valid
 
     def parse_gold(self, value: Any, choices: tuple[str, ...] | None) -> str | None:
         numbers = _puzzle_cell(value)
@@ -562,6 +616,37 @@ class Game24Task(TableTask):
         limit = self.limit if limit is None else limit
         count = self.num_examples if limit is None else limit
         return self._generate(count, self.seed if seed is None else seed)
+
+
+def puzzle_ranks(table: Table, num_rows: int) -> list[int | None]:
+    """The Tree-of-Thoughts rank of each row of a puzzle table.
+
+    ToT's ``24.csv`` (and its hub copy) lists the 1,362 puzzles sorted by ``Rank``: 1 is the puzzle people solved
+    fastest, 1,362 the slowest, and row ``i`` (from 0) has rank ``i + 1``. ToT evaluates on ``data[900:1000]``, i.e.
+    ranks 901-1000. A table with a ``Rank`` column is read by that column (an unreadable cell gives ``None``: the
+    row is never in a rank range); a table without one is taken to be in the list's order, so row ``i`` has rank
+    ``i + 1``.
+
+    >>> puzzle_ranks({"Rank": [901, "1000", "x"], "Puzzles": ["1 2 3 4"] * 3}, 3)
+    [901, 1000, None]
+    >>> puzzle_ranks({"Puzzles": ["1 1 4 6", "1 1 11 11"]}, 2)
+    [1, 2]
+    """
+    if RANK_COLUMN not in table:
+        return list(range(1, num_rows + 1))
+    ranks: list[int | None] = []
+    for value in table[RANK_COLUMN][:num_rows]:
+        text = _as_text(value)
+        if isinstance(value, bool) or text is None:
+            ranks.append(None)
+            continue
+        try:
+            number = float(text)
+        except ValueError:
+            ranks.append(None)
+            continue
+        ranks.append(int(number) if number.is_integer() else None)
+    return ranks
 
 
 def _puzzle_cell(value: Any) -> tuple[int, ...] | None:

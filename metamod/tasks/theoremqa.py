@@ -23,8 +23,10 @@ this grader differs from that code: integers must be exact (the original rounds 
 compared in order (the original sorts both lists first, which accepts ``[variance, mean]`` for ``[mean,
 variance]``), and an option answer must name one option (the original accepts any text containing ``(c)``).
 
-Questions with a picture are left out unless ``include_images=True`` (the models here read text only; the count
-is logged once when the task loads).
+All 800 questions are kept by default, as the MC2 paper evaluates on all of them: the questions that come with a
+picture are asked as text only (the models here read no images; ``meta["has_picture"]`` marks them, and their count
+is logged once when the task loads). ``include_images=False`` leaves them out (the count is logged and kept in
+``left_out_pictures``).
 """
 
 from __future__ import annotations
@@ -151,8 +153,9 @@ class TheoremQATask(TableTask):
         question_column / answer_column / id_column: column names when they differ (default ``Question``,
             ``Answer``; ids ``theoremqa-<split>-<row>``, or e.g. ``id_column="id"`` for the original JSON).
         answer_type_column: the column holding the answer type (default ``Answer_type``).
-        include_images: keep the questions that come with a picture (text only; ``meta["has_picture"]`` marks
-            them). Default ``False``: they are left out and their count is logged.
+        include_images: keep the questions that come with a picture, asked as text only (default ``True``: all
+            800 questions, as the paper counts them; ``meta["has_picture"]`` marks them). ``False`` leaves them out.
+            Either way the number of picture questions is logged once when the task loads.
         limit / seed: a seeded random subsample, as for every table task.
     """
 
@@ -171,7 +174,7 @@ class TheoremQATask(TableTask):
         answer_column: str | None = None,
         id_column: str | None = None,
         answer_type_column: str | None = None,
-        include_images: bool = False,
+        include_images: bool = True,
         limit: int | None = None,
         seed: int = 0,
     ) -> None:
@@ -180,6 +183,7 @@ class TheoremQATask(TableTask):
         self.include_images = include_images
         self.answer_type_column = answer_type_column or type(self).answer_type_column
         self.left_out_pictures = 0
+        self.picture_questions = 0
         super().__init__(
             split=split,
             data_files=data_files,
@@ -203,11 +207,21 @@ class TheoremQATask(TableTask):
     def _load(self) -> tuple[Table, list[int]]:
         first = self._table is None
         table, valid = super()._load()
-        if first and not self.include_images:
-            self.left_out_pictures = sum(1 for index in range(self._num_rows()) if self._picture(index))
-            if self.left_out_pictures:
+        if first:
+            self.picture_questions = sum(1 for index in range(self._num_rows()) if self._picture(index))
+            if self.picture_questions and self.include_images:
                 logger.info(
-                    "%s: left out %d of %d questions that come with a picture (include_images=True keeps them)",
+                    "%s: %d of %d questions come with a picture; they are asked as text only (include_images=False "
+                    "leaves them out)",
+                    self.source,
+                    self.picture_questions,
+                    self._num_rows(),
+                )
+            elif self.picture_questions:
+                self.left_out_pictures = self.picture_questions
+                logger.info(
+                    "%s: left out %d of %d questions that come with a picture (include_images=True keeps them, as "
+                    "text only)",
                     self.source,
                     self.left_out_pictures,
                     self._num_rows(),
