@@ -59,7 +59,8 @@ WORLDS: dict[str, World] = {
         # 15 minutes; configs/train/smol_moderator.yaml (24 + 12) is what benchmarks/README.md measures
         warm_start_steps=16,
         grpo_steps=4,
-        # the rows the demo has time for; the benchmark run evaluates every method (benchmarks/README.md)
+        # the rows the demo has time for, both ablations included (stopping vs adjudication); the benchmark run
+        # evaluates every method (benchmarks/README.md)
         methods=(
             "single_cot",
             "majority_vote",
@@ -67,6 +68,7 @@ WORLDS: dict[str, World] = {
             "judge",
             "moderator_prompted",
             "moderator",
+            "adjudication_only",
             "stopping_only",
         ),
     ),  # fmt: skip
@@ -273,9 +275,11 @@ def write_report(
         if simulated
         else "Real debates: the embedded SmolLM2-135M-Instruct plays both debaters, the judge, the prompted moderator"
         " (Meta-Moderator*) and the single agents; the Meta-Moderator is SmolLM2 + LoRA trained on these debates"
-        " with an SFT warm start on protocol targets + GRPO (format + control rewards), on direct arithmetic"
-        " questions (arith level 0; evaluation on the held-out test stream). A 135M model is weak: read the"
-        " intervals.",
+        " with an SFT warm start + GRPO (format + control rewards), on direct arithmetic questions (arith level 0;"
+        " evaluation on the held-out test stream). The warm start imitates the policy those rewards score highest:"
+        " STOP when a correct answer is on the table (eta, the control reward's label), with the debaters' majority"
+        " answer, since the rewards never score the answer (no gold answer is imitated). A 135M model is weak:"
+        " read the intervals.",
         "",
         "## Evaluation",
         "",
@@ -290,7 +294,9 @@ def write_report(
         f"- debates: {rollout_summary.get('total_traces')} questions, eta rate by round "
         f"{rollout_summary.get('eta_rate_by_round')}, coverage {rollout_summary.get('coverage')}",
         f"- train stage (warm start + {train_summary.get('global_step')} GRPO steps): "
-        f"{train_summary.get('wall_time_s', 0):.0f} s",
+        f"{train_summary.get('wall_time_s', 0):.0f} s; warm-start targets: "
+        f"{train_summary.get('warm_start_targets')}; gold answers imitated: "
+        f"{train_summary.get('gold_use') or 'none (the paper rewards: format + control)'}",
         f"- mean reward, first vs last logged step: {_reward(train_summary.get('first_logged'))} -> "
         f"{_reward(train_summary.get('last_logged'))}",
         "",

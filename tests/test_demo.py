@@ -5,7 +5,7 @@ import json
 import pytest
 
 from metamod.config import ConfigError
-from metamod.demo import DemoConfig, run_demo
+from metamod.demo import WORLDS, DemoConfig, run_demo
 
 
 def test_demo_quick_writes_every_artefact(tmp_path):
@@ -62,3 +62,13 @@ def test_demo_real_world_quick(tmp_path):
     assert {"moderator", "moderator_prompted", "consensus"} <= set(results["results"]["arith"])
     card = (out / "export" / "README.md").read_text()
     assert "HuggingFaceTB/SmolLM2-135M-Instruct" in card
+
+
+def test_the_real_demo_separates_stopping_from_adjudication_and_imitates_no_gold_answer():
+    """The demo's table carries both ablations, and its moderator config is the gold-free bootstrap."""
+    import yaml
+
+    methods = WORLDS["real"].methods
+    assert {"moderator", "moderator_prompted", "adjudication_only", "stopping_only"} <= set(methods)
+    train = yaml.safe_load(open(WORLDS["real"].train_config))
+    assert train["warm_start_targets"] == "reward" and "answer" not in train["reward_funcs"]
