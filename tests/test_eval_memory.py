@@ -211,7 +211,7 @@ def test_memory_llm_tokens_are_counted_on_the_methods_it_serves(tiny_model_dir, 
         memory_model=str(tiny_model_dir),
         memory_backend_options={"device": "cpu"},
         memory_max_tokens=8,
-        memory_options={"compose": False},
+        memory_options={"compose": False, "max_reflections": 2},  # the tiny model has 2,048 tokens of context
     )
     doc = evaluate(_config(tmp_path, "llm", ["reasoner_only", "reasoner_updates"]), cfg)
     rows = _rows(tmp_path / "llm")

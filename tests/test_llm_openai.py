@@ -209,7 +209,7 @@ def test_wrong_choice_count_and_config_checks():
     with pytest.raises(ValueError, match="base_url"):
         OpenAIGenerator("m", base_url="localhost:8000")
     built = build_generator(BackendConfig(backend="openai", model="m", max_concurrency=2))
-    assert isinstance(built, OpenAIGenerator) and built.max_concurrency == 2
+    assert isinstance(built.generator, OpenAIGenerator) and built.max_concurrency == 2  # inside the prompt budget
 
 
 def with_logprobs(request: httpx.Request) -> httpx.Response:

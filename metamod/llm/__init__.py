@@ -102,7 +102,18 @@ class BackendConfig:
         default=0.9, metadata={"help": "vllm: fraction of GPU memory vLLM may use (0-1]."}
     )
     max_model_len: int | None = field(
-        default=None, metadata={"help": "vllm: maximum context length (None: the model's own)."}
+        default=None,
+        metadata={
+            "help": "Maximum context length: vllm's engine, and for every backend the prompt budget (a prompt must "
+            "leave room for max_tokens; metamod.llm.budget). None: the model's own (openai: unknown, not checked)."
+        },
+    )
+    token_estimate: bool = field(
+        default=False,
+        metadata={
+            "help": "Count prompt tokens for the budget with a conservative estimate (UTF-8 bytes / 3) instead of "
+            "the model's tokenizer: for runs whose tokenizer is not the real model's (the CPU shape run)."
+        },
     )
     enable_lora: bool = field(
         default=False, metadata={"help": "vllm: enable LoRA adapters (set automatically with adapter)."}
@@ -170,12 +181,21 @@ def build_generator(config: BackendConfig) -> Generator:
         config: the backend configuration.
 
     Returns:
-        A :class:`~metamod.llm.base.Generator`.
+        A :class:`~metamod.llm.base.Generator`: the backend inside a :class:`~metamod.llm.budget.BudgetedGenerator`
+        (every prompt is kept inside the context, ``max_model_len`` or the model's own).
 
     Raises:
         KeyError: unknown backend (the message lists the valid ones).
         ValueError: no model given.
     """
+    from metamod.llm.budget import BudgetedGenerator
+
+    generator = _build_backend(config)
+    return BudgetedGenerator(generator, context_length=config.max_model_len, token_estimate=config.token_estimate)
+
+
+def _build_backend(config: BackendConfig) -> Generator:
+    """The backend itself (:func:`build_generator` wraps it in the prompt budget)."""
     target = resolve(BACKENDS, config.backend, what="generation backend")
     cls = import_dotted(target) if isinstance(target, str) else target
     if not config.model:

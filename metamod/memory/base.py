@@ -214,10 +214,17 @@ def ask(
 def with_guidance(text: str, block: str) -> str:
     """``block`` (a rendered guidance block) and a blank line before ``text``; ``text`` alone when ``block`` is "".
 
+    The result remembers where the block ends (:class:`~metamod.llm.budget.GuidedText`), so the prompt budget can
+    drop its items first when the prompt would not fit the model's context.
+
     >>> with_guidance("Solve 2+2.", "")
     'Solve 2+2.'
+    >>> with_guidance("Solve 2+2.", "Guidance:\\n- check units").block
+    'Guidance:\\n- check units'
     """
-    return f"{block}\n\n{text}" if block else text
+    from metamod.llm.budget import GuidedText
+
+    return GuidedText.join_block(block, text) if block else text
 
 
 def check_role(role: str) -> str:

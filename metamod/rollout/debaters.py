@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
+from metamod.llm.budget import cut_guidance
+from metamod.memory.base import render_guidance, with_guidance
 from metamod.prompts import format_responses, render
 from metamod.tasks.base import Example
 
@@ -111,7 +113,7 @@ def debater_conversation(
     conf = _confidence(confidence)
     initial = render("debater_initial", question=question, confidence=conf)
     if guidance.strip():
-        initial = render("memory_guidance", guidance=guidance.strip()) + "\n\n" + initial
+        initial = with_guidance(initial, render_guidance(guidance))
     if request.round == 0:
         return [{"role": "user", "content": initial}]
     peers = request.peer_previous if peer_texts is None else peer_texts
@@ -207,10 +209,11 @@ class LLMDebaters:
         return bound <= budget
 
     def _fit(self, request: DebateRequest, guidance: str) -> tuple[Conversation, bool]:
-        """Build the conversation; shorten the oldest peer text first, then the own previous one, to fit."""
+        """Build the conversation; to fit, drop memory guidance first (the prompt budget's order,
+        :mod:`metamod.llm.budget`), then shorten the oldest peer text, then the own previous one."""
         conversation = debater_conversation(request, confidence=self.confidence, guidance=guidance)
         context = getattr(self.generator, "context_length", None)
-        if not context or request.round == 0:
+        if not context or request.round == 0:  # round 0 has no history: the generator's budget cuts guidance
             return conversation, False
         budget = context - self.sampling.max_tokens
         if self._fits_by_bound(conversation, budget):
@@ -218,6 +221,10 @@ class LLMDebaters:
         used = self.generator.count_tokens(conversation)
         if used <= budget:
             return conversation, False
+        conversation, used, _ = cut_guidance(conversation, budget, self.generator.count_tokens)
+        if used <= budget:
+            return conversation, True
+        guidance = ""  # every guidance item is gone; the history is next
         texts = list(request.peer_previous) + [request.own_previous or ""]
         position = 0  # oldest (first-listed) peer first, the agent's own previous response last
         while used > budget and position < len(texts):
