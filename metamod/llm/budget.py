@@ -143,9 +143,7 @@ class BudgetEvent:
     text: str = ""
 
 
-def cut_guidance(
-    conversation: Conversation, budget: int, count: Any
-) -> tuple[Conversation, int, int]:
+def cut_guidance(conversation: Conversation, budget: int, count: Any) -> tuple[Conversation, int, int]:
     """Drop guidance items (last first, then the frame) until ``count(conversation) <= budget``.
 
     Returns:
