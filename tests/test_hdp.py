@@ -159,7 +159,7 @@ def test_gaussian_sym_kl_against_closed_form():
         return 0.5 * (np.trace(precs[j] @ covs[i]) + diff @ precs[j] @ diff - 3 + logdets[j] - logdets[i])
 
     got = gaussian_sym_kl(mu, covs, precs, logdets)
-    np.testing.assert_allclose(got[0, 1], 0.5 * (kl(0, 1) + kl(1, 0)), rtol=1e-10)
+    np.testing.assert_allclose(got[0, 1], kl(0, 1) + kl(1, 0), rtol=1e-10)  # the sum of both directions
     np.testing.assert_allclose(np.diag(got), 0.0, atol=1e-10)
 
 
@@ -381,6 +381,26 @@ def test_refit_merges_near_duplicates_and_keeps_distinct_components():
     out = model.refit()
     assert out == {"births": 0, "merges": 0, "removed": 0} and model.n_components_ == 2
     np.testing.assert_array_equal(model.labels_, truth)
+
+
+def test_merge_threshold_applies_to_the_sum_of_both_kl_directions():
+    """eps = 0.1 bounds KL01 + KL10: a pair at sum 0.15 (mean 0.075) stays apart; eps = 0.2 (the mean rule) merges it."""
+    from metamod.memory.hdp_stats import posterior_gaussians
+    from metamod.memory.hdp_sweep import greedy_merge
+
+    rng = np.random.default_rng(3)
+    Z = rng.normal(size=(3000, 3))
+    Z = (Z - Z.mean(0)) @ np.linalg.inv(np.linalg.cholesky(np.cov(Z, rowvar=False))).T  # mean 0, covariance I
+    X = np.concatenate([Z, Z + np.array([np.sqrt(0.15), 0.0, 0.0])])
+    labels = np.repeat([0, 1], 3000)
+    doms = np.tile([0, 1], 3000)
+    model = constructed(X, labels, doms, merge_eps=0.1, prior="paper")
+    total = gaussian_sym_kl(*posterior_gaussians(model.comps, model.nu0_))[0, 1]
+    assert 0.1 < total < 0.2  # the old 0.5 (KL01 + KL10) would be below eps
+    assert greedy_merge(model) == 0 and model.n_components_ == 2
+    model.merge_eps = 0.2
+    assert greedy_merge(model) == 1 and model.n_components_ == 1
+    consistent(model, X, doms)
 
 
 # ------------------------------------------------------------------ online

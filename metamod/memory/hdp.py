@@ -101,7 +101,9 @@ class HDPGMM:
         prior: "stable" (within-cluster covariance, default) or "paper" (empirical covariance).
         flat: pooled DP-GMM instead of the hierarchy.
         tau_new: novelty threshold for online births; birth: "threshold" or "sample" (Bernoulli(rho_new)).
-        merge, merge_eps: greedy merge in ``refit`` of pairs with symmetric KL < merge_eps.
+        merge, merge_eps: greedy merge in ``refit`` of pairs whose symmetric KL, KL01 + KL10 (the sum, as the
+            paper's rule reads; :func:`~metamod.memory.hdp_stats.gaussian_sym_kl`), is < merge_eps (table 3:
+            0.1). Runs before this rule used the mean of the two directions: merge_eps 0.2 reproduces them.
         dtype: dtype of the sweep / retrieval GEMM ("float32" or "float64").
         block: points per GEMM block in the sweep kernel (1 to 1024; does not change results).
         init_size: rows of the sequential CRP initialisation; init_sweeps: Gibbs sweeps over those rows before
