@@ -528,9 +528,7 @@ def test_incremental_medoids_and_centroids_equal_recomputation(fitted):
     np.testing.assert_array_equal(lazy, model.medoids_)
     z, rows = model.labels_, model._X
     for k, row in enumerate(lazy):
-        members = np.flatnonzero(z == k)
-        mu = model.component_posterior(k)[0]
-        assert row == members[np.argmin(((rows[members] - mu) ** 2).sum(1))]
+        assert row == brute_medoid(rows, np.flatnonzero(z == k))
     doms = model._doms
     np.testing.assert_allclose(model.domain_centroids_, np.stack([rows[doms == d].mean(0) for d in range(2)]))
     df, c, ln = model.comps.consts()  # the cached Student-t constants follow the updates
@@ -639,13 +637,28 @@ def test_retrieval_order_threshold_domain_and_centroids(fitted):
     np.testing.assert_array_equal([c[0][0] for c in cen], np.argmin(((X[:10, None] - mus[None]) ** 2).sum(-1), 1))
 
 
-def test_medoid_is_member_nearest_to_mean(fitted):
+def brute_medoid(X: np.ndarray, members: np.ndarray) -> int:
+    """The member with the least summed Euclidean distance to the other members (lower row on a tie)."""
+    sums = np.sqrt(((X[members][:, None, :] - X[members][None, :, :]) ** 2).sum(-1)).sum(1)
+    return int(members[np.flatnonzero(sums <= sums.min() * (1 + 1e-12))[0]])
+
+
+def test_medoid_minimises_the_summed_distance_to_the_members(fitted):
     model, X, *_ = fitted
     z = model.labels_
     for k, row in enumerate(model.medoids_):
-        members = np.flatnonzero(z == k)
-        mu = model.component_posterior(k)[0]
-        assert row == members[np.argmin(((X[members] - mu) ** 2).sum(1))]
+        assert row == brute_medoid(X, np.flatnonzero(z == k))
+
+
+def test_medoid_is_not_the_member_nearest_the_mean_of_a_skewed_component():
+    """A tight group plus a few far members: the mean moves towards the far ones, the medoid stays in the group."""
+    rng = np.random.default_rng(8)
+    X = np.concatenate([rng.normal(0, 0.3, (40, 2)), rng.normal(0, 0.3, (8, 2)) + [6.0, 0.0]])
+    model = constructed(X, np.zeros(48, dtype=np.int64), np.tile([0, 1], 24), prior="paper")
+    row = int(model.medoids_[0])
+    nearest_mean = int(np.argmin(((X - X.mean(0)) ** 2).sum(1)))
+    assert row == brute_medoid(X, np.arange(48)) and row != nearest_mean and row < 40
+    assert model.retrieve(X[:1], top_k=1)[0][0][2] == row
 
 
 def test_state_round_trip_identical_retrieve_and_updates(fitted):
