@@ -292,7 +292,7 @@ class VersionedEmbedder:
 
 
 def test_a_corpus_is_never_queried_with_another_encoder():
-    from metamod.memory.cheatsheet import shared_embedder
+    from metamod.memory.embed import shared_embedder
 
     same = {"name": VersionedEmbedder.name, "dim": 3, "model_signature": "v2"}
     assert shared_embedder(same).dim == 3  # unknown spec keys are checked, not passed to the constructor
@@ -318,3 +318,130 @@ def test_online_records_can_come_from_the_reflection():
         assert memory.stats()["behaviours"] == expected, source
     with pytest.raises(ValueError, match="records_from='lines' is not valid"):
         CheatsheetOptions(records_from="lines")
+
+
+# ------------------------------------------------------------------ one encoder per evaluation
+def _row_memories(memory_options: dict) -> dict:
+    """Every row of the BC table with a memory, built from one shared memory_options as `metamod eval` does."""
+    from metamod.evaluate.cheatsheet_methods import ROWS
+    from metamod.memory import MemoryConfig
+    from metamod.memory.registry import build_memory_from_config
+
+    config = MemoryConfig(memory_options=memory_options)
+    return {
+        row: build_memory_from_config(config, name=name, defaults=defaults, llm=ScriptedMiner())
+        for row, (_label, name, defaults) in ROWS.items()
+    }
+
+
+def test_every_row_of_an_evaluation_embeds_with_the_corpus_encoder(corpus):
+    """BC, k-means, flat, DC, ACE and the cold starts compare behaviours in one space: the corpus's encoder."""
+    folder, _ = corpus
+    recorded = load_fitted(folder).embedder_spec
+    memories = _row_memories({"corpus": str(folder), "top_k": 2})
+    assert {"bc_cold", "dc_cu", "dc_rs", "ace", "dc_cu_cold", "ace_cold", "metacognitive_reuse"} <= set(memories)
+    encoders = {row: m.embedder for row, m in memories.items()}
+    assert {row: e.spec() for row, e in encoders.items()} == dict.fromkeys(encoders, recorded)
+    assert len({id(e) for e in encoders.values()}) == 1  # one loaded encoder shared by every row
+    # naming the corpus's encoder in memory_options is the same encoder; naming another one is refused
+    same = _row_memories({"corpus": str(folder), "embedder": "hashing"})
+    assert all(m.embedder is encoders["bc_static"] for m in same.values())
+    for name, defaults in (("cheatsheet", {}), ("cheatsheet", {"cold_start": True, "online": True}), ("dc", {}),
+                           ("ace", {"cold_start": True})):  # fmt: skip
+        with pytest.raises(
+            ValueError, match=r"embedder: lm is not the encoder corpus .* was embedded with \(hashing\)"
+        ):
+            build_memory(name, llm=ScriptedMiner(), corpus=str(folder), embedder="lm", **defaults)
+
+
+def test_without_a_corpus_every_memory_has_the_same_default_encoder(tmp_path):
+    from metamod.memory.embed import DEFAULT_EMBEDDER
+
+    cold = build_memory("cheatsheet", llm=ScriptedMiner(), cold_start=True, online=True)
+    dc = build_memory("dc", llm=ScriptedMiner())
+    ace = build_memory("ace", llm=ScriptedMiner())
+    assert cold.embedder is dc.embedder is ace.embedder and cold.embedder.name == DEFAULT_EMBEDDER
+    with pytest.raises(FileNotFoundError, match="corpus .*nowhere not found.*cold starts too"):
+        build_memory("cheatsheet", llm=ScriptedMiner(), cold_start=True, online=True, corpus=str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="embedder_model='/m' is set without embedder"):
+        CheatsheetOptions(embedder_model="/m")
+
+
+def test_a_missing_sentence_transformers_folder_is_named(tmp_path):
+    from metamod.memory.embed import select_embedder
+
+    folder = tmp_path / "granite-embedding-english-r2"
+    with pytest.raises(FileNotFoundError, match=f"Embedding model directory not found: {folder}.*never downloads"):
+        select_embedder("sentence-transformers", str(folder))
+
+
+def test_a_saved_cheatsheet_is_not_reloaded_under_another_encoder(corpus, tmp_path):
+    folder, _ = corpus
+    memory = build_memory("cheatsheet", corpus=str(folder))
+    saved = memory.save(tmp_path / "m")
+    other = build_memory("cheatsheet", corpus=str(folder))
+    other.load(saved)  # the same encoder: fine
+    state = {**memory.state_dict(), "embedder": {"name": "hashing", "n_features": 128}}
+    with pytest.raises(ValueError, match="saved cheatsheet was embedded with .*n_features': 128"):
+        other.load_state_dict(state)
+
+
+# ------------------------------------------------------------------ the paper configs
+def _config(*parts: str):
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1].joinpath("configs", *parts)
+
+
+def test_paper_eval_config_runs_every_row_in_one_granite_space_in_table_order():
+    from metamod.config import parse_config
+    from metamod.evaluate.cheatsheet_methods import ROWS
+    from metamod.evaluate.config import EvalConfig
+    from metamod.evaluate.memories import own_memory
+    from metamod.memory import MemoryConfig
+    from metamod.memory.registry import parse_memory_options
+
+    config, memory = parse_config(
+        [EvalConfig, MemoryConfig], ["--config", str(_config("eval", "cheatsheet_paper.yaml"))]
+    )
+    table1 = ["kmeans_hard_static", "kmeans_hard_online", "kmeans_hard_refit", "kmeans_soft_static",
+              "kmeans_soft_online", "kmeans_soft_refit", "dc_cu_static", "dc_cu", "dc_rs", "ace",
+              "bc_static", "bc_centroids", "bc_online", "bc_refit"]  # fmt: skip
+    assert [m for m in config.methods if m in table1] == table1
+    assert set(config.methods) == {"single_cot", *ROWS}  # every row of the BC table, nothing else
+    assert all("embedder" not in defaults and "embedder_model" not in defaults for _l, _n, defaults in ROWS.values())
+    for method in config.methods[1:]:
+        name, defaults = own_memory(method)
+        options = parse_memory_options(name, memory.options_for(name, defaults))
+        assert (options.embedder, options.embedder_model) == (
+            "sentence-transformers",
+            "/models/granite-embedding-english-r2",
+        ), method
+    assert memory.memory_options["top_k"] == 5 and memory.memory_batch_size == 1
+
+
+def test_paper_fit_config_is_table_3():
+    import numpy as np
+
+    from metamod.config import parse_config
+    from metamod.memory.cheatsheet_fit import FitCheatsheetConfig
+    from metamod.memory.hdp import HDPGMM
+    from metamod.memory.hdp_support import preset_prior
+
+    (config,) = parse_config([FitCheatsheetConfig], ["--config", str(_config("memory", "fit_cheatsheet_paper.yaml"))])
+    assert config.dim == 128 and config.projector
+    assert config.projector_options == {
+        "hidden": [512, 256], "epochs": 10, "batch_size": 256, "lr": 1e-4, "weight_decay": 1e-4,
+    }  # fmt: skip
+    params = HDPGMM(**config.hdp_params).get_params()
+    table3 = {"prior": "paper", "psi_scale": 1.2, "kappa0": 0.01, "gamma": 5.0, "alpha": 1.0, "sweeps": 100,
+              "burn_in": 50, "tau_new": 0.5, "birth": "threshold", "merge": True, "merge_eps": 0.1}  # fmt: skip
+    assert {k: params[k] for k in table3} == table3
+    X = np.random.default_rng(0).normal(size=(400, config.dim)) * np.linspace(0.5, 2.0, config.dim)
+    Xc = X - X.mean(0)
+    kappa0, nu0, psi0 = preset_prior(
+        Xc, prior=params["prior"], kappa0=params["kappa0"], nu0=params["nu0"], psi_scale=params["psi_scale"],
+        rng=np.random.default_rng(0),
+    )  # fmt: skip
+    assert kappa0 == 0.01 and nu0 == config.dim + 2 == 130
+    np.testing.assert_allclose(psi0, 1.2 * np.cov(X, rowvar=False), atol=1e-8)  # 1.2 x the empirical covariance

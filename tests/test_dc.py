@@ -279,6 +279,23 @@ def test_corpus_warm_start_takes_max_entries_round_robin_over_domains(tmp_path):
     ]  # fmt: skip
 
 
+def test_static_dc_cu_serves_the_warm_start_cheatsheet_and_never_curates(tmp_path):
+    """Table 1's static DC-Cu: the same warm-start cheatsheet and retrieval as the online row, no curator, no LLM."""
+    write_corpus(tmp_path / "mine", CORPUS)
+    static = DynamicCheatsheet(DCOptions(corpus=str(tmp_path / "mine"), top_k=2, online=False))  # no llm needed
+    online, _ = make(corpus=str(tmp_path / "mine"), top_k=2)
+    assert not DynamicCheatsheet.wants_llm(static.options) and not needs_llm("dc", {"online": False})
+    first = run_batch(static, [PENS, TRAIN])
+    assert first == {q: online.guidance(GuidanceRequest(ex(QID[q], q), "single")) for q in (PENS, TRAIN)}
+    entries = [(e.id, e.description) for e in static.entries]
+    assert run_batch(static, [PENS2, TRAIN2, PENS]) and [(e.id, e.description) for e in static.entries] == entries
+    assert static.stats()["curator_calls"] == 0 and static.stats()["entries"] == len(CORPUS)
+    with pytest.raises(ValueError, match="static DC-RS .* is the metacognitive_reuse row"):
+        DCOptions(curator="retrieval_synthesis", online=False)
+    with pytest.raises(ValueError, match="cold_start needs online: true"):
+        DCOptions(cold_start=True, online=False)
+
+
 def test_bad_corpus_paths_and_rows_fail_with_one_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="has no behaviours.jsonl"):
         DynamicCheatsheet(DCOptions(corpus=str(tmp_path / "nowhere")), llm=FakeLLM())

@@ -250,6 +250,16 @@ def test_mc2_paper_configs_parse(name, model, template_kwargs):
     spec = memory_llm_spec(memory_cfg)
     assert (spec.backend, spec.model, spec.chat_template_kwargs) == ("vllm", model, template_kwargs)
     assert memory_cfg.memory_batch_size is None and memory_cfg.batch_size_for(500) == 50
+    # MC2 C.7: w = 3, top-k = 3, cosine over Qwen3-Embedding-0.6B (a local folder), read by every memory in use
+    from metamod.memory.registry import build_memory_from_config, parse_memory_options
+
+    for memory in ("mca", "bot"):
+        options = parse_memory_options(memory, memory_cfg.options_for(memory))
+        assert (options.embedder, options.embedder_model) == ("sentence-transformers", "/models/qwen3-embedding-0.6b")
+    assert (memory_cfg.memory_options["window"], memory_cfg.memory_options["top_k"]) == (3, 3)
+    if not Path("/models/qwen3-embedding-0.6b").is_dir():  # absent here: the error names the folder
+        with pytest.raises(FileNotFoundError, match="/models/qwen3-embedding-0.6b.*never downloads"):
+            build_memory_from_config(memory_cfg, name="mca", llm=object())
 
 
 @pytest.mark.parametrize("name", ["mc2_sim", "mc2_smol"])

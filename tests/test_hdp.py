@@ -159,7 +159,7 @@ def test_gaussian_sym_kl_against_closed_form():
         return 0.5 * (np.trace(precs[j] @ covs[i]) + diff @ precs[j] @ diff - 3 + logdets[j] - logdets[i])
 
     got = gaussian_sym_kl(mu, covs, precs, logdets)
-    np.testing.assert_allclose(got[0, 1], 0.5 * (kl(0, 1) + kl(1, 0)), rtol=1e-10)
+    np.testing.assert_allclose(got[0, 1], kl(0, 1) + kl(1, 0), rtol=1e-10)  # the sum of both directions
     np.testing.assert_allclose(np.diag(got), 0.0, atol=1e-10)
 
 
@@ -383,6 +383,26 @@ def test_refit_merges_near_duplicates_and_keeps_distinct_components():
     np.testing.assert_array_equal(model.labels_, truth)
 
 
+def test_merge_threshold_applies_to_the_sum_of_both_kl_directions():
+    """eps = 0.1 bounds KL01 + KL10: a pair at sum 0.15 (mean 0.075) stays apart; eps = 0.2 (the mean rule) merges it."""
+    from metamod.memory.hdp_stats import posterior_gaussians
+    from metamod.memory.hdp_sweep import greedy_merge
+
+    rng = np.random.default_rng(3)
+    Z = rng.normal(size=(3000, 3))
+    Z = (Z - Z.mean(0)) @ np.linalg.inv(np.linalg.cholesky(np.cov(Z, rowvar=False))).T  # mean 0, covariance I
+    X = np.concatenate([Z, Z + np.array([np.sqrt(0.15), 0.0, 0.0])])
+    labels = np.repeat([0, 1], 3000)
+    doms = np.tile([0, 1], 3000)
+    model = constructed(X, labels, doms, merge_eps=0.1, prior="paper")
+    total = gaussian_sym_kl(*posterior_gaussians(model.comps, model.nu0_))[0, 1]
+    assert 0.1 < total < 0.2  # the old 0.5 (KL01 + KL10) would be below eps
+    assert greedy_merge(model) == 0 and model.n_components_ == 2
+    model.merge_eps = 0.2
+    assert greedy_merge(model) == 1 and model.n_components_ == 1
+    consistent(model, X, doms)
+
+
 # ------------------------------------------------------------------ online
 def test_novelty_birth_for_outlier_not_for_inlier(fitted):
     model = HDPGMM.from_state_arrays(fitted[0].state_arrays())
@@ -508,9 +528,7 @@ def test_incremental_medoids_and_centroids_equal_recomputation(fitted):
     np.testing.assert_array_equal(lazy, model.medoids_)
     z, rows = model.labels_, model._X
     for k, row in enumerate(lazy):
-        members = np.flatnonzero(z == k)
-        mu = model.component_posterior(k)[0]
-        assert row == members[np.argmin(((rows[members] - mu) ** 2).sum(1))]
+        assert row == brute_medoid(rows, np.flatnonzero(z == k))
     doms = model._doms
     np.testing.assert_allclose(model.domain_centroids_, np.stack([rows[doms == d].mean(0) for d in range(2)]))
     df, c, ln = model.comps.consts()  # the cached Student-t constants follow the updates
@@ -619,13 +637,28 @@ def test_retrieval_order_threshold_domain_and_centroids(fitted):
     np.testing.assert_array_equal([c[0][0] for c in cen], np.argmin(((X[:10, None] - mus[None]) ** 2).sum(-1), 1))
 
 
-def test_medoid_is_member_nearest_to_mean(fitted):
+def brute_medoid(X: np.ndarray, members: np.ndarray) -> int:
+    """The member with the least summed Euclidean distance to the other members (lower row on a tie)."""
+    sums = np.sqrt(((X[members][:, None, :] - X[members][None, :, :]) ** 2).sum(-1)).sum(1)
+    return int(members[np.flatnonzero(sums <= sums.min() * (1 + 1e-12))[0]])
+
+
+def test_medoid_minimises_the_summed_distance_to_the_members(fitted):
     model, X, *_ = fitted
     z = model.labels_
     for k, row in enumerate(model.medoids_):
-        members = np.flatnonzero(z == k)
-        mu = model.component_posterior(k)[0]
-        assert row == members[np.argmin(((X[members] - mu) ** 2).sum(1))]
+        assert row == brute_medoid(X, np.flatnonzero(z == k))
+
+
+def test_medoid_is_not_the_member_nearest_the_mean_of_a_skewed_component():
+    """A tight group plus a few far members: the mean moves towards the far ones, the medoid stays in the group."""
+    rng = np.random.default_rng(8)
+    X = np.concatenate([rng.normal(0, 0.3, (40, 2)), rng.normal(0, 0.3, (8, 2)) + [6.0, 0.0]])
+    model = constructed(X, np.zeros(48, dtype=np.int64), np.tile([0, 1], 24), prior="paper")
+    row = int(model.medoids_[0])
+    nearest_mean = int(np.argmin(((X - X.mean(0)) ** 2).sum(1)))
+    assert row == brute_medoid(X, np.arange(48)) and row != nearest_mean and row < 40
+    assert model.retrieve(X[:1], top_k=1)[0][0][2] == row
 
 
 def test_state_round_trip_identical_retrieve_and_updates(fitted):

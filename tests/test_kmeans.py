@@ -156,12 +156,22 @@ def test_singleton_clusters_use_the_variance_floor():
     assert tight.sigma2_ == 1e-6 and np.isfinite(tight.weights(np.array([[0.4]]))).all()
 
 
-def test_medoid_follows_the_online_mean():
+def test_medoid_follows_the_online_members():
     km = HardKMeans(n_clusters=2).fit(X5, init=np.array([[0.0], [10.0]]))
     assert km.medoids().tolist() == [1, 3]
-    km.partial_fit(np.array([12.0]))  # cluster 1 = {9, 11, 12}: mean 32/3, nearest member 11 (row 4)
+    km.partial_fit(np.array([12.0]))  # cluster 1 = {9, 11, 12}: summed distances 5, 3, 4 -> 11 (row 4)
     assert km.medoids().tolist() == [1, 4]
     assert km.retrieve(np.array([[10.0]]), top_k=1)[0][0][2] == 4
+
+
+def test_medoid_minimises_the_summed_distance_not_the_distance_to_the_mean():
+    X = np.array([[0.0], [1.0], [2.0], [3.0], [40.0], [100.0], [101.0]])
+    km = HardKMeans(n_clusters=2).fit(X, init=np.array([[9.2], [100.5]]))
+    assert km.labels_.tolist() == [0, 0, 0, 0, 0, 1, 1]
+    # cluster 0 = {0, 1, 2, 3, 40}: mean 9.2, nearest member 3 (row 3); summed distances 46, 43, 42, 43, 154 -> row 2
+    assert km.medoids().tolist() == [2, 5]
+    soft = SoftKMeans(n_clusters=2, em_iter=0).fit(X, init=np.array([[9.2], [100.5]]))
+    assert soft.medoids().tolist() == [2, 5]
 
 
 # ------------------------------------------------------------------------------------------ soft k-means

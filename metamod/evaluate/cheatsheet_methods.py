@@ -3,8 +3,10 @@
 Every row is :class:`~metamod.evaluate.single.SingleCoT` (the same prompt, the same solver) plus a memory of its
 own (``memory_name`` / ``memory_defaults``, saved per seed in ``memory-seed<k>-<method>/``), so rows differ only in
 how behaviours are organised, retrieved and adapted. ``memory_options`` in the config (e.g. ``corpus``,
-``top_k``, ``refit_interval``: g of the rows that refit) applies to every row's memory, over these defaults: keep the
-row-defining keys (``organiser``, ``online``, ``refit``, ``cold_start``, ``curator``) out of it.
+``top_k``, ``refit_interval``: g of the rows that refit, ``embedder``) applies to every row's memory, over these
+defaults: keep the row-defining keys (``organiser``, ``online``, ``refit``, ``cold_start``, ``curator``) out of it.
+No row sets an encoder: every row embeds with ``memory_options``' ``embedder``, else the corpus's
+(:func:`metamod.memory.embed.select_embedder`), so all rows compare behaviours in one embedding space.
 
 ================================  =====================================================================
 row                               memory and its defaults
@@ -19,7 +21,9 @@ row                               memory and its defaults
 ``metacognitive_reuse``           flat cosine top-k' in the embedder's space
 ``direct_retrieval``              flat top-k' in the projected space (projected query)
 ``kmeans_{hard,soft}_static``     k-means (K = the HDP's K) static, ``_online`` and ``_refit``
-``dc_cu`` / ``dc_rs``             Dynamic Cheatsheet, cumulative / retrieval-synthesis curator (online)
+``dc_cu_static``                  DC-Cu's warm-start cheatsheet, never curated (table 1's static DC-Cu)
+``dc_cu`` / ``dc_rs``             Dynamic Cheatsheet, cumulative / retrieval-synthesis curator (online); static DC-RS
+                                  is ``metacognitive_reuse`` (table 1's caption)
 ``ace``                           ACE: generator / reflector / curator playbook (online)
 ``dc_cu_cold`` / ``ace_cold``     the same from an empty memory (table 2)
 ================================  =====================================================================
@@ -61,6 +65,7 @@ ROWS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "cheatsheet",
         {"organiser": "kmeans_soft", "online": True, "refit": True},
     ),
+    "dc_cu_static": ("DC-Cu (static)", "dc", {"curator": "cumulative", "online": False}),
     "dc_cu": ("DC-Cu (online curation)", "dc", {"curator": "cumulative"}),
     "dc_rs": ("DC-RS (online curation)", "dc", {"curator": "retrieval_synthesis"}),
     "ace": ("ACE (online curator)", "ace", {}),

@@ -53,6 +53,7 @@ from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOpt
 from metamod.memory.curation import (
     MAX_TEXT_CHARS,
     chat_texts,
+    corpus_embedder,
     lines,
     load_corpus,
     needs_llm_message,
@@ -61,7 +62,7 @@ from metamod.memory.curation import (
     select_corpus,
     solution_record,
 )
-from metamod.memory.embed import Embedder, check_embedder, embedder_from
+from metamod.memory.embed import Embedder, check_embedder
 from metamod.prompts import render
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,13 @@ class ACEOptions(MemoryOptions):
         default=False,
         metadata={"help": "Ignore corpus and start from an empty memory (the cold-start rows of the paper's table 2)."},
     )
-    embedder: str = field(default="hashing", metadata={"help": "Text embedder for retrieval (see memory/embed.py)."})
+    embedder: str | None = field(
+        default=None,
+        metadata={
+            "help": "Text encoder for retrieval, shared by every row (memory_options; see memory/embed.py). None: the "
+            "encoder the corpus was embedded with (cold starts too), or hashing without one. Set: must be the corpus's."
+        },
+    )
     embedder_model: str | None = field(
         default=None, metadata={"help": "Local model folder for embedder: sentence-transformers (never downloaded)."}
     )
@@ -130,7 +137,10 @@ class ACEOptions(MemoryOptions):
             or self.prune_threshold < 0
         ):
             raise ValueError(f"prune_threshold must be an integer >= 0, got {self.prune_threshold!r}")
-        check_embedder(self.embedder, self.embedder_model)
+        if self.embedder is not None:
+            check_embedder(self.embedder, self.embedder_model)
+        elif self.embedder_model:
+            raise ValueError(f"embedder_model={self.embedder_model!r} is set without embedder; name the embedder too")
 
 
 @dataclass
@@ -215,7 +225,7 @@ class ACEMemory(BaseMemory):
         llm: the memory LLM (a :class:`metamod.llm.base.Generator`); required.
         llm_sampling: its decoding (None: greedy, ``seed``); max_tokens comes from the options per stage.
         seed: the memory's seed (the memory itself is deterministic).
-        embedder: an :class:`~metamod.memory.embed.Embedder` overriding ``options.embedder``.
+        embedder: an :class:`~metamod.memory.embed.Embedder` overriding ``options.embedder`` (and the corpus's).
 
     Raises:
         ValueError: no ``llm`` (the message names memory_model).
@@ -256,8 +266,8 @@ class ACEMemory(BaseMemory):
             raise ValueError(needs_llm_message(self.name))
         self.llm, self.seed = llm, seed
         self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
-        self.embedder: Embedder = embedder if embedder is not None else embedder_from(self.options)
         corpus = load_corpus(self.options.corpus) if self.options.corpus and not self.options.cold_start else []
+        self.embedder: Embedder = corpus_embedder(self.options, embedder)
         self.bullets: list[Bullet] = [
             Bullet(id=r["id"], section=r["name"], text=r["description"], question=r["question"], source="corpus")
             for r in select_corpus(corpus, self.options.max_entries)

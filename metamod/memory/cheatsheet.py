@@ -50,6 +50,7 @@ Life cycle (memory protocol v2, :mod:`metamod.memory.base`):
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -58,7 +59,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from metamod.memory.base import ROLES, BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
-from metamod.memory.embed import build_embedder, check_embedder
+from metamod.memory.embed import check_embedder, select_embedder
 
 logger = logging.getLogger(__name__)
 
@@ -122,10 +123,16 @@ class CheatsheetOptions(MemoryOptions):
         default=None, metadata={"help": "K of the k-means organisers (None: the corpus HDP-GMM's fitted K)."}
     )
     roles: list = field(default_factory=lambda: list(SOLVER_ROLES), metadata={"help": "Roles that receive behaviours."})
-    embedder: str = field(
-        default="lm", metadata={"help": "Cold start only (a corpus fixes its own): lm (SmolLM2 states) or hashing."}
+    embedder: str | None = field(
+        default=None,
+        metadata={
+            "help": "Encoder of behaviours and questions, shared by every row (memory_options). None: the encoder the "
+            "corpus was embedded with (cold starts too), or hashing without a corpus. Set, it must be the corpus's."
+        },
     )
-    embedder_model: str | None = field(default=None, metadata={"help": "Local model folder of the embedder."})
+    embedder_model: str | None = field(
+        default=None, metadata={"help": "Local model folder of the embedder (sentence-transformers; lm: or an alias)."}
+    )
 
     def __post_init__(self) -> None:
         for key, value, valid in (
@@ -156,8 +163,10 @@ class CheatsheetOptions(MemoryOptions):
         bad = [r for r in self.roles if r not in ROLES]
         if bad:
             raise ValueError(f"roles {bad} are not memory roles")
-        if self.cold_start:
+        if self.embedder is not None:
             check_embedder(self.embedder, self.embedder_model)
+        elif self.embedder_model:
+            raise ValueError(f"embedder_model={self.embedder_model!r} is set without embedder; name the embedder too")
 
 
 class Cheatsheet(BaseMemory):
@@ -187,8 +196,9 @@ class Cheatsheet(BaseMemory):
                     "memory 'cheatsheet' needs memory_options corpus: <folder written by `metamod fit-cheatsheet`> "
                     "(or cold_start: true with online: true)"
                 )
-            spec = {"name": o.embedder, **({"model_path": o.embedder_model} if o.embedder_model else {})}
-            self.embedder = shared_embedder(spec)
+            from metamod.memory.curation import corpus_embedder
+
+            self.embedder = corpus_embedder(o)  # a cold start still embeds with the corpus's encoder (appendix D.4)
             self.space = "raw"
         else:
             self._load_corpus(o.corpus)
@@ -226,7 +236,7 @@ class Cheatsheet(BaseMemory):
             raise ValueError("from_behaviours builds a raw-space cheatsheet (no PCA or projector): set space: raw")
         self = cls.__new__(cls)
         self._init_state(options, None, None, 0)
-        self.embedder = shared_embedder({"name": options.embedder})
+        self.embedder = select_embedder(options.embedder, options.embedder_model)
         self.space = "raw"
         domains = list(domains) if domains is not None else ["all"] * len(behaviours)
         self.domains = sorted(set(domains))
@@ -246,7 +256,7 @@ class Cheatsheet(BaseMemory):
         o = self.options
         corpus = load_fitted(folder)
         self.corpus_manifest = corpus.manifest
-        self.embedder = shared_embedder(corpus.embedder_spec)
+        self.embedder = select_embedder(o.embedder, o.embedder_model, corpus.embedder_spec, source=f"corpus {folder}")
         self.domains = corpus.domains
         self.behaviours = [dict(b, source="corpus") for b in corpus.behaviours]
         self.pca = PCAProjection.from_state_arrays(corpus.prefixed("pca"))
@@ -491,9 +501,12 @@ class Cheatsheet(BaseMemory):
         self.refits = [dict(r) for r in state.get("refits", [])]
         self.mined = {**self.mined, **dict(state.get("mined", {}))}
         self._saved_params = state.get("organiser_params")
-        spec = dict(state.get("embedder") or {})
-        if spec and spec != self.embedder.spec():
-            self.embedder = shared_embedder(spec)
+        spec = json.loads(json.dumps(dict(state.get("embedder") or {}), default=str))
+        if spec and spec != json.loads(json.dumps(self.embedder.spec(), default=str)):
+            raise ValueError(
+                f"the saved cheatsheet was embedded with {spec} but this run's encoder is {self.embedder.spec()} "
+                "(memory_options embedder, else the corpus's): load it with the settings it was saved with"
+            )
         self._retrieved = {}
 
     def array_state(self) -> dict[str, np.ndarray]:
@@ -522,44 +535,6 @@ class Cheatsheet(BaseMemory):
             self.organiser = None
         self.pca = PCAProjection.from_state_arrays(part("pca")) if part("pca") else self.pca
         self.projector = QueryProjector.from_state_arrays(part("projector")) if part("projector") else self.projector
-
-
-_EMBEDDER_CACHE: dict[str, Any] = {}
-
-
-def shared_embedder(spec: Mapping[str, Any]) -> Any:
-    """One embedder per spec in a process: the rows of a run (up to ~20 memories) share a loaded encoder.
-
-    ``spec`` is what an embedder's ``spec()`` wrote (a corpus's ``embeddings.json``): the constructor takes the keys
-    it knows, and the built embedder's own spec must agree with every saved key (e.g. the model's signature), so a
-    corpus is never queried with a different encoder.
-
-    >>> shared_embedder({"name": "hashing", "n_features": 64}) is shared_embedder({"n_features": 64, "name": "hashing"})
-    True
-    """
-    import inspect
-    import json
-
-    from metamod.memory.embed import EMBEDDERS
-    from metamod.registry import resolve
-
-    key = json.dumps(dict(spec), sort_keys=True, default=str)
-    if key not in _EMBEDDER_CACHE:
-        options = dict(spec)
-        name = options.pop("name")
-        accepted = inspect.signature(resolve(EMBEDDERS, name, what="embedder").__init__).parameters
-        embedder = build_embedder(name, **{k: v for k, v in options.items() if k in accepted})
-        built = json.loads(json.dumps(embedder.spec(), default=str))
-        saved = json.loads(json.dumps(dict(spec), default=str))
-        differ = sorted(k for k in saved if k in built and built[k] != saved[k])
-        if differ:
-            raise ValueError(
-                f"embedder {name}: the corpus was embedded with {{{', '.join(f'{k}: {saved[k]!r}' for k in differ)}}} "
-                f"but this machine's embedder has {{{', '.join(f'{k}: {built[k]!r}' for k in differ)}}}; "
-                "re-embed the corpus (rerun `metamod mine-behaviours`, which rebuilds embeddings.npz)"
-            )
-        _EMBEDDER_CACHE[key] = embedder
-    return _EMBEDDER_CACHE[key]
 
 
 def solution_text(trace: Mapping[str, Any]) -> str:

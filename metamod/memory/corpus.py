@@ -116,6 +116,34 @@ def read_embeddings(folder: str | os.PathLike, rows: int) -> tuple[np.ndarray, n
     return behaviours, queries, dict(meta["embedder"])
 
 
+def recorded_embedder(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The encoder spec a corpus was embedded with: a fitted folder's ``corpus.json``, else a mined folder's
+    ``embeddings.json`` (a ``behaviours.jsonl`` path is read as its folder); None when the folder records none.
+
+    Every memory reading a corpus embeds with this encoder unless its options name one (which must be the same;
+    :func:`metamod.memory.embed.select_embedder`), cold starts included.
+
+    Raises:
+        FileNotFoundError: nothing exists at ``path``.
+        InputError: a manifest that is not valid JSON.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"corpus {path} not found: expected a folder written by `metamod mine-behaviours` or `metamod "
+            f"fit-cheatsheet`, or its {BEHAVIOURS_FILE} (memories take their encoder from it, cold starts too)"
+        )
+    folder = path if path.is_dir() else path.parent
+    for name in (FITTED_MANIFEST, EMBEDDINGS_META):
+        file = folder / name
+        if file.is_file():
+            meta = load_json(file, what="corpus manifest (a JSON object)")
+            spec = meta.get("embedder") if isinstance(meta, dict) else None
+            if isinstance(spec, dict) and spec.get("name"):
+                return dict(spec)
+    return None
+
+
 @dataclass
 class FittedCorpus:
     """A fitted corpus loaded from ``fit-cheatsheet``'s folder.

@@ -20,8 +20,8 @@ import numpy as np
 
 from metamod.memory.base import Observation
 from metamod.memory.bot import trajectory
-from metamod.memory.corpus import read_behaviours
-from metamod.memory.embed import Embedder, l2_normalise
+from metamod.memory.corpus import read_behaviours, recorded_embedder
+from metamod.memory.embed import Embedder, l2_normalise, select_embedder
 from metamod.prompts import render
 
 logger = logging.getLogger(__name__)
@@ -121,6 +121,16 @@ def load_corpus(path: str | Path) -> list[dict[str, Any]]:
         }
         for row in read_behaviours(corpus_file(path))
     ]
+
+
+def corpus_embedder(options: Any, given: Embedder | None = None) -> Embedder:
+    """The encoder of a memory that reads a corpus (``dc``, ``ace``): ``given`` when not None, else
+    :func:`~metamod.memory.embed.select_embedder` of the options' ``embedder`` / ``embedder_model`` and the encoder
+    the options' ``corpus`` records (read for a cold start too: the corpus names the evaluation's encoder)."""
+    if given is not None:
+        return given
+    recorded = recorded_embedder(options.corpus) if options.corpus else None
+    return select_embedder(options.embedder, options.embedder_model, recorded, source=f"corpus {options.corpus}")
 
 
 def corpus_embeddings(path: str | Path, embedder: Embedder, rows: int) -> tuple[np.ndarray, np.ndarray] | None:

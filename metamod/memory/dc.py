@@ -19,6 +19,10 @@ Two curators (Suzgun et al.; the Bayesian Cheatsheet paper's DC-Cu and DC-RS bas
   ``top_k`` lines), which is the guidance; its item ids are the retrieved items' ids. An unparsable synthesis falls
   back to the retrieved corpus behaviours themselves (counted). Beyond ``max_entries`` stored pairs the oldest go.
 
+**Static DC-Cu** (``online: false``, the ``dc_cu_static`` row of the paper's table 1): the warm-start cheatsheet
+below, served by the same ``top_k`` retrieval and never curated (no memory LLM). There is no static DC-RS option:
+retrieving corpus behaviours without the synthesis is Metacognitive Reuse (the paper says so; ``metacognitive_reuse``).
+
 Warm start: ``corpus`` (a mining folder or its ``behaviours.jsonl``) seeds DC-Cu's cheatsheet with at most
 ``max_entries`` behaviours, taken round-robin over the corpus domains in file order (so every domain is
 represented; deterministic), and is DC-RS's static retrieval pool (all of it). ``corpus: null`` is the cold start.
@@ -58,6 +62,7 @@ from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOpt
 from metamod.memory.curation import (
     best_scores,
     chat_texts,
+    corpus_embedder,
     corpus_embeddings,
     lines,
     load_corpus,
@@ -67,7 +72,7 @@ from metamod.memory.curation import (
     select_corpus,
     solution_record,
 )
-from metamod.memory.embed import Embedder, check_embedder, embedder_from, top_k_scores
+from metamod.memory.embed import Embedder, check_embedder, top_k_scores
 from metamod.prompts import render
 from metamod.tasks.base import Example
 
@@ -128,7 +133,20 @@ class DCOptions(MemoryOptions):
         default=False,
         metadata={"help": "Ignore corpus and start from an empty memory (the cold-start rows of the paper's table 2)."},
     )
-    embedder: str = field(default="hashing", metadata={"help": "Text embedder for retrieval (see memory/embed.py)."})
+    online: bool = field(
+        default=True,
+        metadata={
+            "help": "Curate while solving (DC proper). false: static DC-Cu (table 1): the warm-start cheatsheet is "
+            "served as it is, never curated, and no memory LLM is needed. (Static DC-RS is metacognitive_reuse.)"
+        },
+    )
+    embedder: str | None = field(
+        default=None,
+        metadata={
+            "help": "Text encoder for retrieval, shared by every row (memory_options; see memory/embed.py). None: the "
+            "encoder the corpus was embedded with (cold starts too), or hashing without one. Set: must be the corpus's."
+        },
+    )
     embedder_model: str | None = field(
         default=None, metadata={"help": "Local model folder for embedder: sentence-transformers (never downloaded)."}
     )
@@ -146,12 +164,22 @@ class DCOptions(MemoryOptions):
             raise ValueError(f"curation must be one of {CURATIONS}, got {self.curation!r}")
         for name in ("max_new", "max_entries", "max_chars", "curator_max_tokens", "synthesis_max_tokens"):
             _check_positive(name, getattr(self, name))
+        if not self.online and self.curator == "retrieval_synthesis":
+            raise ValueError(
+                "online: false is static DC-Cu; static DC-RS (retrieval without synthesis) is the metacognitive_reuse "
+                "row (memory: cheatsheet, organiser: flat, space: raw)"
+            )
+        if not self.online and self.cold_start:
+            raise ValueError("cold_start needs online: true (an empty cheatsheet only fills by curation)")
         if self.top_k is None:
             if self.curator == "retrieval_synthesis":
                 raise ValueError("top_k: null (the whole cheatsheet) is for curator: cumulative; DC-RS needs a number")
         else:
             _check_positive("top_k", self.top_k)
-        check_embedder(self.embedder, self.embedder_model)
+        if self.embedder is not None:
+            check_embedder(self.embedder, self.embedder_model)
+        elif self.embedder_model:
+            raise ValueError(f"embedder_model={self.embedder_model!r} is set without embedder; name the embedder too")
 
 
 def _check_positive(name: str, value: Any) -> None:
@@ -196,10 +224,10 @@ class DynamicCheatsheet(BaseMemory):
         llm: the memory LLM (a :class:`metamod.llm.base.Generator`); required.
         llm_sampling: its decoding (None: greedy, ``seed``); max_tokens comes from the options per stage.
         seed: the memory's seed (the memory itself is deterministic).
-        embedder: an :class:`~metamod.memory.embed.Embedder` overriding ``options.embedder``.
+        embedder: an :class:`~metamod.memory.embed.Embedder` overriding ``options.embedder`` (and the corpus's).
 
     Raises:
-        ValueError: no ``llm`` (the message names memory_model).
+        ValueError: no ``llm`` while ``online`` (the message names memory_model).
     """
 
     name = "dc"
@@ -215,8 +243,8 @@ class DynamicCheatsheet(BaseMemory):
 
     @classmethod
     def wants_llm(cls, options: DCOptions | None) -> bool:
-        """Both curators write with the memory LLM."""
-        return True
+        """Both curators write with the memory LLM; static DC-Cu (``online: false``) never calls it."""
+        return options is None or bool(options.online)
 
     def __init__(
         self,
@@ -233,11 +261,10 @@ class DynamicCheatsheet(BaseMemory):
         self.options = options if options is not None else DCOptions()
         if not isinstance(self.options, DCOptions):
             raise TypeError(f"memory 'dc' takes DCOptions, got {type(self.options).__name__}")
-        if llm is None:
+        if llm is None and self.options.online:
             raise ValueError(needs_llm_message(self.name))
         self.llm, self.seed = llm, seed
         self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
-        self.embedder: Embedder = embedder if embedder is not None else embedder_from(self.options)
         self.cumulative = self.options.curator == "cumulative"
         self.entries: list[CheatsheetEntry] = []
         self.pairs: list[PastPair] = []
@@ -247,6 +274,7 @@ class DynamicCheatsheet(BaseMemory):
         self.corpus: list[dict[str, Any]] = (
             load_corpus(self.options.corpus) if self.options.corpus and not self.options.cold_start else []
         )
+        self.embedder: Embedder = corpus_embedder(self.options, embedder)
         self._corpus_vecs: tuple[np.ndarray, np.ndarray] | None = None
         self._vecs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if self.cumulative:
@@ -331,7 +359,11 @@ class DynamicCheatsheet(BaseMemory):
         return solution_record(observation)
 
     def consolidate(self, records: list[dict[str, Any]]) -> None:
-        """DC-Cu: count uses, then curate every record (sequentially or batched); DC-RS: store the pairs."""
+        """DC-Cu: count uses, then curate every record (sequentially or batched); DC-RS: store the pairs.
+        Static DC-Cu (``online: false``) changes nothing."""
+        if not self.options.online:
+            self.synth = {}
+            return
         if self.cumulative:
             by_id = {e.id: e for e in self.entries}
             for rec in records:

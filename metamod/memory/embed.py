@@ -11,6 +11,13 @@ Three backends, chosen by name from :data:`EMBEDDERS`:
 - ``sentence-transformers``: a local sentence-transformers model directory. Used only when the package is
   installed AND a local path is given; it never downloads anything.
 
+**One encoder per evaluation** (:func:`select_embedder`). The memories that retrieve behaviours from a corpus
+(``cheatsheet``, ``dc``, ``ace``) take ``embedder`` / ``embedder_model`` from ``memory_options``, which every row of an
+evaluation shares, and no memory has a default of its own: unset, a memory embeds with the encoder its corpus was
+embedded with (recorded by ``mine-behaviours`` / ``fit-cheatsheet``), else with :data:`DEFAULT_EMBEDDER`. Set, the
+encoder must be the corpus's (a corpus is never queried in another space). So every row compares behaviours in one
+embedding space, as the Bayesian Cheatsheet paper does (its static DC-RS *is* Metacognitive Reuse).
+
 >>> emb = HashingEmbedder(n_features=256)
 >>> vecs = emb.embed(["Tom has 3 apples and buys 4 more.", "Tom has 3 apples and buys 5 more.", "Name a colour."])
 >>> vecs.shape, bool(np.allclose(np.linalg.norm(vecs, axis=1), 1.0))
@@ -23,7 +30,9 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -178,19 +187,21 @@ class SentenceTransformerEmbedder:
     name = "sentence-transformers"
 
     def __init__(self, model_path: str | None = None, device: str = "cpu", batch_size: int = 32) -> None:
-        if not is_sentence_transformers_available():
-            raise ImportError(
-                f"The 'sentence-transformers' embedder needs the sentence-transformers package: {_ST_INSTALL}"
-            )
         if not model_path:
             raise ValueError(
                 "The 'sentence-transformers' embedder needs model_path, a local model directory (metamod never "
-                "downloads embedding models); set memory_embedder_model: /path/to/model, or use memory_embedder: hashing"
+                "downloads embedding models); set embedder_model: /path/to/model in memory_options, or use "
+                "embedder: hashing"
             )
         path = Path(model_path).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(
-                f"Embedding model directory not found: {path} (give a local sentence-transformers folder)"
+                f"Embedding model directory not found: {path}. embedder_model must be a local sentence-transformers "
+                "folder (metamod never downloads models): copy the model there, or point embedder_model at it"
+            )
+        if not is_sentence_transformers_available():
+            raise ImportError(
+                f"The 'sentence-transformers' embedder needs the sentence-transformers package: {_ST_INSTALL}"
             )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -285,6 +296,113 @@ def embedder_from(options: Any, extra: dict[str, Any] | None = None) -> Embedder
     if getattr(options, "embedder_model", None):
         kwargs["model_path"] = options.embedder_model
     return build_embedder(options.embedder, **kwargs)
+
+
+#: the encoder of a memory whose options name none and whose corpus records none (or that has no corpus)
+DEFAULT_EMBEDDER = "hashing"
+
+_EMBEDDER_CACHE: dict[str, Any] = {}
+
+
+def _embedder_class(name: str) -> type:
+    cls = resolve(EMBEDDERS, name, what="embedder")
+    return import_dotted(cls) if isinstance(cls, str) else cls
+
+
+def shared_embedder(spec: Mapping[str, Any]) -> Embedder:
+    """One embedder per spec in a process: the rows of a run (up to ~20 memories) share a loaded encoder.
+
+    ``spec`` is what an embedder's ``spec()`` wrote (a corpus's ``embeddings.json``): the constructor takes the keys
+    it knows, and the built embedder's own spec must agree with every saved key (e.g. the model's signature), so a
+    corpus is never queried with a different encoder.
+
+    >>> shared_embedder({"name": "hashing", "n_features": 64}) is shared_embedder({"n_features": 64, "name": "hashing"})
+    True
+    """
+    key = json.dumps(dict(spec), sort_keys=True, default=str)
+    if key not in _EMBEDDER_CACHE:
+        options = dict(spec)
+        name = options.pop("name")
+        accepted = inspect.signature(_embedder_class(name).__init__).parameters
+        embedder = build_embedder(name, **{k: v for k, v in options.items() if k in accepted})
+        built = json.loads(json.dumps(embedder.spec(), default=str))
+        saved = json.loads(json.dumps(dict(spec), default=str))
+        differ = sorted(k for k in saved if k in built and built[k] != saved[k])
+        if differ:
+            raise ValueError(
+                f"embedder {name}: the corpus was embedded with {{{', '.join(f'{k}: {saved[k]!r}' for k in differ)}}} "
+                f"but this machine's embedder has {{{', '.join(f'{k}: {built[k]!r}' for k in differ)}}}; "
+                "re-embed the corpus (rerun `metamod mine-behaviours`, which rebuilds embeddings.npz)"
+            )
+        _EMBEDDER_CACHE[key] = embedder
+    return _EMBEDDER_CACHE[key]
+
+
+def _model_of(spec: Mapping[str, Any]) -> str | None:
+    model = spec.get("model_path") or spec.get("model")
+    return None if model is None else str(model)
+
+
+def _same_model(a: str, b: str) -> bool:
+    return a == b or Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def select_embedder(
+    embedder: str | None,
+    embedder_model: str | None = None,
+    recorded: Mapping[str, Any] | None = None,
+    *,
+    source: str = "the corpus",
+) -> Embedder:
+    """The encoder of a memory: the one named in its options, else the one its corpus records, else the default.
+
+    Args:
+        embedder: the options' ``embedder`` (None: not set).
+        embedder_model: the options' ``embedder_model`` (a local folder, or the ``lm`` embedder's alias).
+        recorded: the spec the memory's corpus was embedded with (:func:`metamod.memory.corpus.recorded_embedder`;
+            None: no corpus, or one that records no encoder).
+        source: how to name the corpus in errors.
+
+    Returns:
+        A shared instance (:func:`shared_embedder`): memories with the same encoder hold the same object.
+
+    Raises:
+        ValueError: ``embedder`` is set and is not the encoder ``recorded`` names (another name or model folder):
+            the corpus's vectors and this memory's would live in different spaces.
+
+    >>> select_embedder(None, None, {"name": "hashing", "n_features": 32}).spec()["n_features"]  # the corpus's
+    32
+    >>> select_embedder("hashing", None, {"name": "hashing", "n_features": 32}).spec()["n_features"]  # the same
+    32
+    >>> select_embedder(None).name == DEFAULT_EMBEDDER
+    True
+    >>> select_embedder("lm", None, {"name": "hashing", "n_features": 32}, source="corpus runs/bc")
+    Traceback (most recent call last):
+    ...
+    ValueError: embedder: lm is not the encoder corpus runs/bc was embedded with (hashing); every memory of an evaluation embeds with one encoder, the corpus's: drop embedder / embedder_model from memory_options (the corpus's encoder is then used), set them to the corpus's encoder, or re-mine the corpus with this one
+    """
+    if embedder is None:
+        if embedder_model:
+            raise ValueError(f"embedder_model={embedder_model!r} is set without embedder; name the embedder too")
+        return shared_embedder(dict(recorded) if recorded else {"name": DEFAULT_EMBEDDER})
+    if not recorded:
+        return shared_embedder({"name": embedder, **({"model_path": embedder_model} if embedder_model else {})})
+    wanted = embedder_model
+    if wanted is None and embedder == "lm":
+        from metamod.memory.lm_embedder import DEFAULT_MODEL
+
+        wanted = DEFAULT_MODEL
+    have = _model_of(recorded)
+    same = recorded.get("name") == embedder and (wanted is None or (have is not None and _same_model(wanted, have)))
+    if not same:
+        mine = embedder + (f" {embedder_model}" if embedder_model else "")
+        theirs = str(recorded.get("name")) + (f" {have}" if have else "")
+        raise ValueError(
+            f"embedder: {mine} is not the encoder {source} was embedded with ({theirs}); every memory of an "
+            "evaluation embeds with one encoder, the corpus's: drop embedder / embedder_model from memory_options "
+            "(the corpus's encoder is then used), set them to the corpus's encoder, or re-mine the corpus with this one"
+        )
+    return shared_embedder(recorded)
 
 
 def cosine_top_k(

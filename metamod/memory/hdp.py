@@ -101,7 +101,9 @@ class HDPGMM:
         prior: "stable" (within-cluster covariance, default) or "paper" (empirical covariance).
         flat: pooled DP-GMM instead of the hierarchy.
         tau_new: novelty threshold for online births; birth: "threshold" or "sample" (Bernoulli(rho_new)).
-        merge, merge_eps: greedy merge in ``refit`` of pairs with symmetric KL < merge_eps.
+        merge, merge_eps: greedy merge in ``refit`` of pairs whose symmetric KL, KL01 + KL10 (the sum, as the
+            paper's rule reads; :func:`~metamod.memory.hdp_stats.gaussian_sym_kl`), is < merge_eps (table 3:
+            0.1). Runs before this rule used the mean of the two directions: merge_eps 0.2 reproduces them.
         dtype: dtype of the sweep / retrieval GEMM ("float32" or "float64").
         block: points per GEMM block in the sweep kernel (1 to 1024; does not change results).
         init_size: rows of the sequential CRP initialisation; init_sweeps: Gibbs sweeps over those rows before
@@ -461,13 +463,14 @@ class HDPGMM:
 
     @property
     def medoids_(self) -> np.ndarray:
-        """(K,) stored row of each component's hard members nearest to its posterior mean (-1: no member)."""
+        """(K,) stored row that is each component's medoid: the hard member whose summed Euclidean distance to the
+        other hard members is smallest (-1: no member)."""
         self._check_fitted()
         return self._current_medoids().copy()
 
     def _current_medoids(self) -> np.ndarray:
         """The medoid cache, brought up to date: fully after a sweep / compaction, otherwise only for the
-        components an online insert touched (their means moved; one pass over the labels plus their members)."""
+        components an online insert gave a hard member (a soft fold-in moves means, not medoids)."""
         K = self.comps.size
         if self._medoid_dirty:
             self._medoids = self._medoids_of(None, K)
@@ -486,18 +489,13 @@ class HDPGMM:
         return self._medoids
 
     def _medoids_of(self, rows: np.ndarray | None, K: int) -> np.ndarray:
-        """(K,) medoid row per component among ``rows`` (None: all; by label, distance, then row index; -1: none)."""
-        if rows is None:
-            rows, z, X = np.arange(len(self._z)), self._z, self._Xc64
-        else:
-            z, X = self._z[rows], self._Xc64[rows]
-        diff = X - self.comps.mu[z]
-        d2 = np.einsum("ij,ij->i", diff, diff)
-        order = np.lexsort((rows, d2, z))
-        lab = z[order]
-        first = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]]) if len(lab) else np.zeros(0, dtype=np.int64)
+        """(K,) medoid row per component among ``rows`` (None: all; -1: no member): the hard member with the least
+        summed Euclidean distance to the others (:func:`metamod.memory.organisers.medoid_index`)."""
+        from metamod.memory.organisers import medoids_by_label
+
         out = np.full(K, -1, dtype=np.int64)
-        out[lab[first]] = rows[order[first]]
+        for k, row in medoids_by_label(self._Xc64, self._z, range(K), rows).items():
+            out[k] = row
         return out
 
     def predict_domain(self, queries: np.ndarray) -> np.ndarray:

@@ -49,7 +49,7 @@ def _insert_block(model, first_row: int, Xc: np.ndarray, doms: np.ndarray, logf0
         else:
             for i in range(batch.size):
                 batch.insert(i)
-    model._medoid_stale.update(np.flatnonzero(batch.touched).tolist())
+    model._medoid_stale.update(np.unique(batch.comp).tolist())  # a medoid changes only with its hard members
     return [
         {"component": int(k), "born": bool(b), "cause": cause, "rho_new": float(r)}
         for k, b, cause, r in zip(batch.comp, batch.born, batch.cause, batch.rho, strict=True)

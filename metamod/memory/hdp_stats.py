@@ -182,14 +182,22 @@ def niw_log_marginal(
 
 
 def gaussian_sym_kl(mu: np.ndarray, cov: np.ndarray, prec: np.ndarray, logdet: np.ndarray) -> np.ndarray:
-    """Pairwise symmetric KL ``0.5 (KL(i||j) + KL(j||i))`` between Gaussians ``N(mu_k, cov_k)``.
+    """Pairwise symmetric KL ``KL(i||j) + KL(j||i)`` (Jeffreys' divergence) between Gaussians ``N(mu_k, cov_k)``.
+
+    The paper's merge rule (section 4.4, table 3: merge while the symmetric Gaussian KL is below eps = 0.1) names
+    the divergence without a formula; "symmetric KL" here is the plain sum of the two directions, the usual
+    meaning, not their mean (which would merge pairs up to twice as far apart at the same eps). For two
+    Gaussians with one covariance the sum is the squared Mahalanobis distance of the means.
 
     Args:
         mu: (K, D) means; cov: (K, D, D) covariances; prec: (K, D, D) their inverses; logdet: (K,) log det cov.
 
+    Returns:
+        (K, K) symmetric matrix, zero on the diagonal.
+
     >>> mu = np.array([[0.0, 0.0], [1.0, 0.0]]); cov = np.stack([np.eye(2)] * 2)
     >>> float(gaussian_sym_kl(mu, cov, cov, np.zeros(2))[0, 1])
-    0.5
+    1.0
     """
     K, D = mu.shape
     tr = prec.reshape(K, D * D) @ cov.reshape(K, D * D).T  # tr[j, i] = tr(P_j Sigma_i)
@@ -198,7 +206,7 @@ def gaussian_sym_kl(mu: np.ndarray, cov: np.ndarray, prec: np.ndarray, logdet: n
     b = np.einsum("jid,jd->ji", pm, mu)  # mu_j^T P_j mu_i
     maha = a - 2.0 * b + np.diag(b)[:, None]  # [j, i] = (mu_i - mu_j)^T P_j (mu_i - mu_j)
     kl_ij = 0.5 * (tr + maha - D + logdet[:, None] - logdet[None, :])  # [j, i] = KL(i || j)
-    return 0.5 * (kl_ij + kl_ij.T)
+    return kl_ij + kl_ij.T
 
 
 class NIWComponents:

@@ -444,7 +444,7 @@ def compact(model) -> int:
 
 
 def greedy_merge(model) -> int:
-    """Greedy merges of the closest pair while its symmetric KL (0.5 (KL01 + KL10)) < merge_eps."""
+    """Greedy merges of the closest pair while its symmetric KL (KL01 + KL10, :func:`gaussian_sym_kl`) < merge_eps."""
     merges = 0
     while model.comps.size > 1:
         kl = gaussian_sym_kl(*posterior_gaussians(model.comps, model.nu0_))

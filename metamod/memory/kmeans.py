@@ -6,7 +6,8 @@ of its members to mu_k, S_k, so the per-cluster variance is sigma_k^2 = S_k / (N
 **Retrieval** (both): weights = softmax_k(-||q - mu_k||^2 / (2 sigma^2)) with the shared sigma^2 = (1/K) sum_k
 sigma_k^2, floored at ``min_variance``. A singleton cluster has sigma_k^2 = 0 and enters the average as 0 (its true
 member variance); the floor only keeps sigma^2 > 0 when every cluster is a singleton (or all rows coincide).
-Top-k (or every weight >= ``threshold``), each with its medoid row: the hard member (``labels_``) nearest to mu_k.
+Top-k (or every weight >= ``threshold``), each with its medoid row: the hard member (``labels_``) with the least
+summed Euclidean distance to the cluster's other hard members (:func:`~metamod.memory.organisers.medoid_rows`).
 
 **Hard k-means** (:class:`HardKMeans`). ``fit``: k-means++ seeding (numpy generator from ``seed``) then Lloyd
 iterations (assign to the nearest centroid, recompute means, drop emptied clusters) until the assignment stops
@@ -458,13 +459,16 @@ class SoftKMeans(_KMeansBase):
         x = as_rows(x, what="x", dim=self.centroids_.shape[1])[0]
         resp = self.responsibilities(x[None, :])[0]
         label = int(np.argmax(resp))
+        hard = np.bincount(self.labels_, minlength=self.n_components_)
         for k in np.flatnonzero(resp > self.fold_threshold):
             weight = float(resp[k])
             self.counts_[k] += weight
             delta = x - self.centroids_[k]
             self.centroids_[k] += (weight / self.counts_[k]) * delta
             self.m2_[k] += weight * float(delta @ (x - self.centroids_[k]))
-            self._medoids.pop(int(k), None)
+            if not hard[k]:  # no hard member: its stand-in is the row nearest the mean, which moved
+                self._medoids.pop(int(k), None)
+        self._medoids.pop(label, None)  # a medoid changes only with its hard members
         self._append(x, label)
         return {"component": label, "born": False, "cause": None}
 
