@@ -159,7 +159,8 @@ def test_reasoner_quality(steps, n, expected):
     "steps,expected",
     [
         ([("1", False, 1)], "good"),  # accepted, last audit clean
-        ([("1", None, 1)], "good"),  # accepted, last audit without a verdict is not a flag
+        ([("1", None, 1)], "ok"),  # accepted, last audit without a verdict: neither clean nor a flag (C.1)
+        ([("1", True, 3), ("2", None, 2)], "ok"),  # corrected, last audit without a verdict
         ([("1", True, 3), ("2", True, 2)], "poor"),  # corrected while the audit still flags an error
         ([("1", True, 3), ("2", False, 3), ("3", False, 3)], "ok"),  # not accepted
     ],
