@@ -306,6 +306,60 @@ def test_gold_never_reaches_the_llm_and_eta_fields_are_not_shown():
     assert GOLD not in json.dumps(mem.state_dict())
 
 
+def _many(n: int) -> list:
+    """``n`` first-try successes and ``n`` exhausted failures (2n questions, one batch)."""
+    good = [(ex(f"p{i:02d}", f"{PENS} ({i})"), FIRST_TRY, True) for i in range(n)]
+    bad = [(ex(f"m{i:02d}", f"{TRAIN} ({i})"), EXHAUSTED, False) for i in range(n)]
+    return good + bad
+
+
+def test_distiller_sees_every_selected_reflection_by_default():
+    """Eq. 10 distils all of S+ and S-: 12 + 12 selected reflections all reach the distiller (the old default cut 8)."""
+    assert MCAOptions().max_reflections is None
+    llm = FakeLLM()
+    mem = llm_mca(llm)
+    feed_batch(mem, _many(12))
+    stats = mem.stats()["batches"][0]
+    assert stats["s_plus"]["reasoner"] == 12 and stats["s_minus"]["reasoner"] == 12
+    prompt = llm.calls[0][1][0][0]["content"]
+    assert prompt.count("Problem: ") == 24
+    assert all(f"({i})" in prompt for i in range(12))
+
+
+def test_max_reflections_caps_each_set_when_set():
+    llm = FakeLLM()
+    mem = llm_mca(llm, max_reflections=3)
+    feed_batch(mem, _many(5))
+    stats = mem.stats()["batches"][0]
+    assert stats["s_plus"]["monitor"] == 3 and stats["s_minus"]["monitor"] == 3
+    assert llm.calls[0][1][0][0]["content"].count("Problem: ") == 6
+    assert MCAOptions.from_dict({"max_reflections": None}).max_reflections is None
+    with pytest.raises(ValueError, match=r"max_reflections must be an integer >= 1 or null \(no cap\)"):
+        MCAOptions(max_reflections=0)
+
+
+def test_a_long_distiller_prompt_is_logged_never_cut(caplog, monkeypatch):
+    import metamod.memory.mca_writers as writers
+
+    llm = FakeLLM()
+    mem = llm_mca(llm)
+    with caplog.at_level("WARNING", logger="metamod.memory.mca_writers"):
+        feed_batch(mem, _many(2))
+    assert not [r for r in caplog.records if "distiller" in r.getMessage()]  # short prompts: silent
+    monkeypatch.setattr(writers, "LONG_DISTILL_PROMPT_TOKENS", 50)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="metamod.memory.mca_writers"):
+        feed_batch(mem, _many(6))
+    long = [r.getMessage() for r in caplog.records if "prompt is long" in r.getMessage()]
+    assert len(long) == 3 and "6 S+ and 6 S- reflections" in long[0] and "max_reflections" in long[0]
+    assert llm.calls[-2][1][0][0]["content"].count("Problem: ") == 12  # logged, not shortened
+    llm.context_length = 120
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="metamod.memory.mca_writers"):
+        feed_batch(mem, _many(6))
+    assert any("does not fit the memory LLM's context of 120 tokens" in r.getMessage() for r in caplog.records)
+
+
 def test_parse_fallbacks_are_counted_and_bad_consolidation_keeps_the_previous_rules():
     llm = FakeLLM(distill=['{"do": ["Plan first."], "tags": ["plan"]}', "no lessons here", "DO: x y"])
     mem = llm_mca(llm)

@@ -9,7 +9,8 @@ At the end of batch ``b`` (:meth:`MetaCognitiveAccumulator.consolidate`, no gold
 1. every finished question becomes an instance reflection (:mod:`metamod.memory.mca_reflect`, Eq. 8);
 2. per role, S+ (one iteration, accepted at once) and S- (budget used up, ending in a restart) are selected (Eq. 9);
 3. ONE batched writer call distils each role's S+ and S- into a micro-lesson of DO / AVOID items (Eq. 10), with
-   ids ``L<b>.<role>.<n>``;
+   ids ``L<b>.<role>.<n>``; every selected reflection goes in (``max_reflections`` caps each set only when set),
+   and a distiller prompt that gets long is logged by the writer;
 4. with ``consolidate``, ONE batched call updates each role's meta-knowledge from the lessons of the last
    ``window`` batches: ``K_b = Consol(K_{b-1}, Win_w(...))`` (Eq. 11).
 
@@ -96,8 +97,12 @@ class MCAOptions(MemoryOptions):
     )
     max_lessons_per_batch: int = field(default=4, metadata={"help": "Most DO/AVOID items per role micro-lesson."})
     max_knowledge_items: int = field(default=8, metadata={"help": "Most rules in a role's meta-knowledge K_b."})
-    max_reflections: int = field(
-        default=8, metadata={"help": "Most S+ and most S- reflections (each) per role given to the distiller."}
+    max_reflections: int | None = field(
+        default=None,
+        metadata={
+            "help": "Most S+ and most S- reflections (each) per role given to the distiller (None: all of them, as "
+            "Eq. 10 distils every selected reflection; a long distiller prompt is logged, never cut)."
+        },
     )
     context_budget: int = field(
         default=400,
@@ -119,8 +124,10 @@ class MCAOptions(MemoryOptions):
         if unknown:
             raise ValueError(f"roles: unknown stream(s) {unknown}; expected a subset of {list(STREAMS)}")
         self.roles = [r for r in STREAMS if r in self.roles]
-        for name in ("window", "top_k", "max_lessons_per_batch", "max_knowledge_items", "max_reflections"):
+        for name in ("window", "top_k", "max_lessons_per_batch", "max_knowledge_items"):
             _check_int(name, getattr(self, name), 1)
+        if self.max_reflections is not None:
+            _check_int("max_reflections", self.max_reflections, 1, none_ok=True)
         _check_int("context_budget", self.context_budget, 8)
         _check_int("max_iterations", self.max_iterations, 1)
         for name in ("consolidate", "compose"):
@@ -153,9 +160,10 @@ class MCAOptions(MemoryOptions):
         return cls(**dict(options or {}))
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
+def _check_int(name: str, value: Any, low: int, *, none_ok: bool = False) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        also = " or null (no cap)" if none_ok else ""
+        raise ValueError(f"{name} must be an integer >= {low}{also}, got {value!r}")
 
 
 def base_policy(role: str) -> str:
