@@ -104,9 +104,53 @@ def test_restart_passes_feedback_and_budget_exhaustion_keeps_the_last_candidate(
     assert all(t["status"] == "max_iterations" and t["num_iterations"] == 3 for t in traces)
     assert all(t["final_answer"] == "5" and t["final_correct"] == 0 for t in traces)
     assert [len(c) for c in reasoner.calls] == [3, 3, 3]
-    assert "add the numbers again" in seen[3] and "Step 1: guess" in seen[3]  # retry prompt: attempt + feedback
+    # the retry prompt follows MC2 Eq. 4: the problem and the Controller's feedback, not the rejected attempt
+    assert "add the numbers again" in seen[3] and "Step 1: guess" not in seen[3] and "<answer>5" not in seen[3]
+    assert "Problem: What is 1 + 1?" in seen[3]
     assert traces[0]["history"][1]["reasoner"]["feedback"] == "add the numbers again"
     assert stats.summary()["statuses"] == {"max_iterations": 3}
+
+
+def test_retry_with_attempt_option_shows_the_rejected_attempt():
+    seen = []
+
+    def reasoner_reply(prompt):
+        seen.append(prompt)
+        return f"Step 1: guess {len(seen)}\n<answer>5</answer>"
+
+    monitor = Scripted(lambda p: "ERROR_FOUND: yes\nERROR: off")
+    controller = Scripted(lambda p: "ACTION: RESTART\nSUGGESTIONS: add again")
+    roles = _roles(Scripted(reasoner_reply), monitor, controller)
+    list(run_mro(EX[:1], roles, max_iterations=2, progress=False, retry_with_attempt=True))
+    assert "Step 1: guess 1" in seen[1] and "add again" in seen[1]
+
+
+def test_every_action_that_leads_to_a_retry_passes_controller_feedback_only():
+    """RESTART with suggestions, a bare RESTART (the Monitor's error relayed), and a PATCH without a final answer
+    (run as a Restart: its unfinished correction is the feedback). No retry prompt shows the rejected attempt."""
+    replies = {
+        "1 + 1": "ACTION: RESTART\nSUGGESTIONS: count on your fingers",
+        "2 + 2": "ACTION: RESTART",
+        "3 + 3": "ACTION: PATCH\nCORRECTED_REASONING: three and three make six, so",
+    }
+    seen = {}
+
+    def reasoner_reply(prompt):
+        q = _question(prompt)
+        seen.setdefault(q, []).append(prompt)
+        return "Step 1: ATTEMPT-TEXT\n<answer>0</answer>"
+
+    monitor = Scripted(lambda p: "ERROR_FOUND: yes\nERROR: the sum is off")
+    controller = Scripted(lambda p: next(v for k, v in replies.items() if k in p))
+    traces, _ = _run(_roles(Scripted(reasoner_reply), monitor, controller), budget=2)
+    retries = {q: prompts[1] for q, prompts in seen.items()}
+    assert all("ATTEMPT-TEXT" not in p for p in retries.values())
+    assert "count on your fingers" in retries["What is 1 + 1?"]
+    assert "the sum is off" in retries["What is 2 + 2?"]
+    assert "three and three make six, so" in retries["What is 3 + 3?"]
+    demoted = traces[2]["history"][0]["controller"]
+    assert (demoted["action"], demoted["parse"]) == (3, "patch_no_answer")
+    assert demoted["corrected_reasoning"] == "three and three make six, so"
 
 
 def test_instances_leave_the_batch_as_they_finish():
@@ -273,3 +317,28 @@ def test_simulated_roles_solve_game24():
     assert all(c["answer_correct"] == check_expression(c["answer"], numbers) for c, numbers in patches)
     final = [check_expression(t["final_answer"], t["meta"]["numbers"]) for t in traces]
     assert sum(final) > sum(valid)  # the loop helps
+
+
+@pytest.mark.parametrize("option", [None, True])
+def test_mro_method_option_retry_with_attempt(option):
+    from metamod.config import ConfigError
+    from metamod.evaluate.decision import LayerContext
+    from metamod.evaluate.mro_methods import MRO
+
+    seen = []
+
+    def reasoner_reply(prompt):
+        seen.append(prompt)
+        return "Step 1: ATTEMPT-TEXT\n<answer>0</answer>"
+
+    scripted = {
+        "You audit": "ERROR_FOUND: yes\nERROR: off",
+        "You control": "ACTION: RESTART\nSUGGESTIONS: try again",
+    }
+    agent = Scripted(lambda p: next((v for k, v in scripted.items() if k in p), None) or reasoner_reply(p))
+    options = {"mro": {"retry_with_attempt": option}} if option is not None else {}
+    method = MRO(LayerContext(max_rounds=1, agent=agent, max_iterations=2, method_options=options))
+    method.run(EX[:1])
+    assert len(seen) == 2 and ("ATTEMPT-TEXT" in seen[1]) is bool(option)
+    with pytest.raises(ConfigError, match="retry_with_attempt must be true or false"):
+        MRO(LayerContext(max_rounds=1, agent=agent, method_options={"mro": {"retry_with_attempt": "yes"}}))

@@ -4,8 +4,9 @@ A role is what the MRO engine (:mod:`metamod.rollout.mro`) batches on: at each i
 Reasoner every active instance's request in one ``propose`` call, then the Monitor (``audit``), then the Controller
 (``decide``). The three roles may use different backends and models, or share one generator.
 
-* :class:`LLMReasoner` -- ``mro_reasoner`` at the first iteration, ``mro_reasoner_retry`` (the rejected attempt and
-  the feedback) after a Restart.
+* :class:`LLMReasoner` -- ``mro_reasoner`` at the first iteration, ``mro_reasoner_retry`` (the problem and the
+  Controller's feedback, MC² Eq. 4) after a Restart; ``mro_reasoner_retry_with_attempt`` when the engine also
+  passes the rejected attempt (its ``retry_with_attempt`` option).
 * :class:`LLMMonitor` -- ``mro_monitor``; the output is parsed by :func:`~metamod.rollout.mro_parse.parse_monitor`.
 * :class:`LLMController` -- the prompted Controller, ``mro_controller``: ACCEPT / PATCH / RESTART in tagged fields.
 * :class:`ModeratorController` -- a (trained) moderator as Controller: the moderator protocol on
@@ -56,7 +57,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ReasonerRequest:
-    """One Reasoner call: the instance, the 1-based iteration, the rejected attempt and the feedback (or ``None``)."""
+    """One Reasoner call: the instance, the 1-based iteration and, after a Restart, the feedback ``u^{k-1}``.
+
+    ``previous`` (the rejected attempt) is set only when the engine runs with ``retry_with_attempt``; MC² Eq. 4
+    conditions a retry on the feedback alone, so by default it is ``None``.
+    """
 
     example: Example
     iteration: int
@@ -182,7 +187,7 @@ class LLMReasoner(_LLMRole):
     def propose(self, requests: list[ReasonerRequest]) -> list[Generation]:
         conversations = [
             self._guided(
-                reasoner_messages(r.example.prompt_text(), previous=r.previous, feedback=r.feedback),
+                reasoner_messages(r.example.prompt_text(), feedback=r.feedback, previous=r.previous),
                 r.example,
                 r.iteration,
             )
