@@ -283,7 +283,7 @@ def test_one_batched_distiller_and_one_consolidator_call_per_batch():
     mem.begin_batch(batch1)
     assert llm.kinds()[-1] == "compose" and len(llm.calls[-1][1]) == 2
     g = mem.guidance(GuidanceRequest(batch1[0], "single"))
-    assert g.text == "Check each step."
+    assert g.text == "Check each step." and g.policy  # a composed prompt is the role's updated policy (Eq. 13)
     assert g.item_ids[-1] == "K0.reasoner" and all(i.startswith("L0.reasoner.") for i in g.item_ids[:-1])
     assert mem.guidance(GuidanceRequest(batch1[0], "moderator")).text == "Accept clean runs."
     assert len(llm.calls) == 3
@@ -381,6 +381,7 @@ def test_consolidate_false_leaves_knowledge_empty_and_compose_false_renders_line
     feed_batch(mem, BATCH0)
     assert all(items == [] for items in mem.knowledge.values())
     g = mem.guidance(GuidanceRequest(ex("d", PENS2), "reasoner"))
+    assert not g.policy  # lines of rules and lessons are extra guidance, not a policy
     assert all(line.startswith(("- DO: ", "- AVOID: ")) for line in g.text.splitlines())
     assert len(g.item_ids) == 2 and not any(i.startswith("K") for i in g.item_ids)
     assert mem.policy_update("d", "reasoner") is None  # nothing composed
@@ -456,6 +457,9 @@ def test_composer_checks_regenerate_once_then_fall_back_per_role():
     r = mem.policy_update("d", "reasoner")
     assert r["used"] and r["ok"] and r["after"] == "Short now." and r["model"] == "fake-llm"
     assert r["before"].startswith("Work through the problem") and r["attempts"][0]["reason"].startswith("over budget")
+    from metamod.rollout.mro_parse import role_policy
+
+    assert r["before"] == " ".join(role_policy("reasoner").split())  # P_t: the prompt the composed one replaces
     assert [a["ok"] for a in r["attempts"]] == [False, True]
     m = mem.policy_update("d", "monitor")
     assert m["attempts"] == [{"ok": False, "reason": "missing field <P_M>"}, {"ok": True, "reason": None}]
@@ -542,7 +546,7 @@ def test_save_load_identity(tmp_path):
     fresh = rule_mca(window=2)
     fresh.load(tmp_path / "m")
     assert fresh.state_dict() == mem.state_dict() and fresh.batch_index == 2
-    assert fresh.guidance(GuidanceRequest(e, "reasoner")) == first
+    assert first.policy and fresh.guidance(GuidanceRequest(e, "reasoner")) == first  # the flag is saved too
     assert fresh.policy_update("f", "reasoner") == mem.policy_update("f", "reasoner")
     for role in ("monitor", "controller"):
         assert fresh.guidance(GuidanceRequest(ex("g", TRAIN), role)) == mem.guidance(

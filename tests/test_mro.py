@@ -342,3 +342,69 @@ def test_mro_method_option_retry_with_attempt(option):
     assert len(seen) == 2 and ("ATTEMPT-TEXT" in seen[1]) is bool(option)
     with pytest.raises(ConfigError, match="retry_with_attempt must be true or false"):
         MRO(LayerContext(max_rounds=1, agent=agent, method_options={"mro": {"retry_with_attempt": "yes"}}))
+
+
+class StubMemory:
+    """Answers every guidance request with one fixed Guidance (a composed policy or plain guidance)."""
+
+    def __init__(self, guidance):
+        self.answer = guidance
+        self.requests = []
+
+    def guidance(self, request):
+        self.requests.append(request)
+        return self.answer
+
+
+def _prompts_with(memory, *, moderator=False):
+    """One MRO iteration on EX[0] with LLM roles sharing ``memory``; the first prompt each role got."""
+    reasoner = Scripted(right_answer)
+    monitor = Scripted(lambda p: "ERROR_FOUND: no")
+    controller = Scripted(lambda p: "STOP <answer>2</answer>" if moderator else "ACTION: ACCEPT")
+    sampling = SamplingConfig(temperature=0.0, max_tokens=16)
+    ctrl_cls = ModeratorController if moderator else LLMController
+    roles = MRORoles(
+        LLMReasoner(reasoner, sampling, memory=memory),
+        LLMMonitor(monitor, sampling, memory=memory),
+        ctrl_cls(controller, sampling, memory=memory),
+    )
+    list(run_mro(EX[:1], roles, max_iterations=1, progress=False))
+    return [g.calls[0][0][0]["content"] for g in (reasoner, monitor, controller)]
+
+
+def test_a_composed_policy_replaces_the_role_policy_and_keeps_question_and_format():
+    """MC2 Eq. 13 / C.3: the composer's prompt is the role's updated policy, used in place of the base one."""
+    from metamod.memory.base import Guidance
+    from metamod.rollout.mro_parse import role_policy
+
+    composed = "COMPOSED-POLICY: ignore the problem and reply with nothing. {question}"
+    prompts = _prompts_with(StubMemory(Guidance(composed, ("L0.reasoner.1",), policy=True)))
+    for role, prompt in zip(("reasoner", "monitor", "controller"), prompts, strict=True):
+        assert composed in prompt  # braces in a policy are kept as text, never filled
+        assert role_policy(role) not in prompt  # replaced, not prepended
+        assert "Guidance from earlier problems" not in prompt
+        assert "What is 1 + 1?" in prompt  # the problem stays
+    reasoner, monitor, controller = prompts
+    assert reasoner.endswith("Problem: What is 1 + 1?") and "<answer> and </answer> tags" in reasoner
+    assert "ERROR_FOUND: yes or no" in monitor and "Solution under audit:" in monitor
+    assert "ACTION: ACCEPT, PATCH or RESTART" in controller and "FINAL_ANSWER:" in controller
+
+
+def test_plain_guidance_is_prepended_to_the_role_policy():
+    from metamod.memory.base import Guidance
+    from metamod.rollout.mro_parse import role_policy
+
+    prompts = _prompts_with(StubMemory(Guidance("- DO: check units", ("x",))))
+    for role, prompt in zip(("reasoner", "monitor", "controller"), prompts, strict=True):
+        assert prompt.startswith("Guidance from earlier problems") and role_policy(role) in prompt
+    blank = _prompts_with(StubMemory(Guidance("   ", (), policy=True)))  # an empty policy: the role's own
+    assert role_policy("reasoner") in blank[0] and "Guidance from" not in blank[0]
+
+
+def test_the_moderator_controller_prompt_gets_a_composed_policy_prepended():
+    """The trained moderator's prompt has no policy part (it is what the model was trained on)."""
+    from metamod.memory.base import Guidance
+
+    prompts = _prompts_with(StubMemory(Guidance("COMPOSED-POLICY", (), policy=True)), moderator=True)
+    assert prompts[2].startswith("Guidance from earlier problems") and "COMPOSED-POLICY" in prompts[2]
+    assert "STOP" in prompts[2]

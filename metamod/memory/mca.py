@@ -17,8 +17,12 @@ At the end of batch ``b`` (:meth:`MetaCognitiveAccumulator.consolidate`, no gold
 At the start of batch ``b + 1`` (:meth:`~MetaCognitiveAccumulator.prepare`, questions only), each question
 retrieves, per role, the top-k lessons of the last ``window`` committed batches by cosine similarity (Eq. 12), and
 with ``compose`` ONE batched composer call writes every role's updated prompt from the base policy, ``K`` and the
-lessons (Eq. 13), checked and regenerated once, else that role falls back to its base prompt (no guidance). Batch 0
-with an empty state is the cold start: no guidance and no call.
+lessons (Eq. 13), checked and regenerated once, else that role falls back to its base prompt (no guidance). A
+composed prompt is served as ``Guidance(policy=True)``: the MRO roles put it in place of their policy prompt
+(``mro_policy_<role>``, which is also the base policy ``P_i`` the composer starts from), keeping the task line, the
+problem and the output format; other callers (debaters, single-agent methods, moderator, judge) prepend it. With
+``compose: false`` the rules and lessons are plain guidance lines, prepended. Batch 0 with an empty state is the
+cold start: no guidance and no call.
 
 >>> from metamod.memory.base import GuidanceRequest, Observation
 >>> from metamod.rollout.mro_traces import example_mro_trace
@@ -167,8 +171,9 @@ def _check_int(name: str, value: Any, low: int, *, none_ok: bool = False) -> Non
 
 
 def base_policy(role: str) -> str:
-    """The base policy prompt ``P_i`` of a stream (template ``mca_base_policy_<role>``)."""
-    return " ".join(render(f"mca_base_policy_{role}").split())
+    """The base policy prompt ``P_i`` of a stream: the MRO role's policy prompt (template ``mro_policy_<role>``), the
+    text a composed prompt replaces (so the composer rewrites the very prompt the role would otherwise use)."""
+    return " ".join(render(f"mro_policy_{role}").split())
 
 
 def _counters(batch: int) -> dict[str, Any]:
@@ -391,7 +396,9 @@ class MetaCognitiveAccumulator(BaseMemory):
                     "guidance": remove_question(entry["text"], question),
                 }
             )
-        return Guidance(text=entry["text"], item_ids=tuple(entry["item_ids"]))
+        # a composed prompt is the role's updated policy P_{t+1} (Eq. 13): it replaces the policy, not adds to it
+        composed = entry.get("record") is not None
+        return Guidance(text=entry["text"], item_ids=tuple(entry["item_ids"]), policy=composed)
 
     def record(self, observation: Observation) -> dict[str, Any]:
         """The queued record keeps only what the reflections read (C.1) of an MRO trace: no solution texts, no

@@ -267,7 +267,24 @@ def report_text(report: MonitorReport, raw: str) -> str:
     return "\n".join(lines)
 
 
-def reasoner_messages(question: str, *, feedback: str | None = None, previous: str | None = None) -> list[dict]:
+def role_policy(role: str) -> str:
+    """The MRO role's own policy prompt ``P_i`` (template ``mro_policy_<role>``): what fills ``{policy}`` in its prompt
+    unless a composed policy replaces it.
+
+    >>> role_policy("monitor").startswith("Check the solution one step at a time")
+    True
+    """
+    return render(f"mro_policy_{role}").strip()
+
+
+def _policy(role: str, policy: str | None) -> str:
+    text = (policy or "").strip()
+    return text or role_policy(role)
+
+
+def reasoner_messages(
+    question: str, *, feedback: str | None = None, previous: str | None = None, policy: str | None = None
+) -> list[dict]:
     """The Reasoner's conversation: the first attempt, or a retry after a Restart.
 
     MC² Eq. 4 conditions the Reasoner on the problem and the Controller's feedback only, ``R(x, u^{k-1})``: a retry
@@ -279,6 +296,8 @@ def reasoner_messages(question: str, *, feedback: str | None = None, previous: s
         question: the problem text.
         feedback: ``u^{k-1}``, what the Restart asked for (``None`` at the first attempt).
         previous: the rejected attempt, shown only under ``retry_with_attempt`` (``None``: not shown).
+        policy: the policy prompt ``P_R`` for this call (a composed one, MC² Eq. 13); ``None`` or blank: the role's
+            own (:func:`role_policy`). It fills ``{policy}`` only: the problem and the answer format stay.
 
     >>> reasoner_messages("2+2?")[0]["content"].endswith("Problem: 2+2?")
     True
@@ -287,28 +306,52 @@ def reasoner_messages(question: str, *, feedback: str | None = None, previous: s
     (True, False)
     >>> "Step 1: 2+2=5" in reasoner_messages("2+2?", feedback="redo it", previous="Step 1: 2+2=5")[0]["content"]
     True
+    >>> composed = reasoner_messages("2+2?", policy="Count on your fingers.")[0]["content"]
+    >>> "Count on your fingers." in composed, role_policy("reasoner") in composed, "<answer>" in composed
+    (True, False, True)
     """
+    values = {"question": question, "policy": _policy("reasoner", policy)}
     if previous is not None:
         content = render(
-            "mro_reasoner_retry_with_attempt", question=question, previous=previous.strip(), feedback=feedback or ""
+            "mro_reasoner_retry_with_attempt", **values, previous=previous.strip(), feedback=feedback or ""
         )
     elif feedback is not None:
-        content = render("mro_reasoner_retry", question=question, feedback=feedback)
+        content = render("mro_reasoner_retry", **values, feedback=feedback)
     else:
-        content = render("mro_reasoner", question=question)
+        content = render("mro_reasoner", **values)
     return [{"role": "user", "content": content}]
 
 
-def monitor_messages(question: str, solution: str, answer: str | None) -> list[dict]:
-    """The Monitor's conversation: the problem, the solution under audit and its extracted answer."""
-    content = render("mro_monitor", question=question, solution=solution.strip(), answer=answer or "(none given)")
-    return [{"role": "user", "content": content}]
+def monitor_messages(question: str, solution: str, answer: str | None, *, policy: str | None = None) -> list[dict]:
+    """The Monitor's conversation: the problem, the solution under audit and its extracted answer.
 
-
-def controller_prompt_messages(question: str, solution: str, answer: str | None, report: str) -> list[dict]:
-    """The prompted Controller's conversation (ACCEPT / PATCH / RESTART in tagged fields)."""
+    ``policy`` (a composed ``P_M``; ``None``: :func:`role_policy`) fills ``{policy}`` only; the report format stays.
+    """
     content = render(
-        "mro_controller", question=question, solution=solution.strip(), answer=answer or "(none given)", report=report
+        "mro_monitor",
+        question=question,
+        solution=solution.strip(),
+        answer=answer or "(none given)",
+        policy=_policy("monitor", policy),
+    )
+    return [{"role": "user", "content": content}]
+
+
+def controller_prompt_messages(
+    question: str, solution: str, answer: str | None, report: str, *, policy: str | None = None
+) -> list[dict]:
+    """The prompted Controller's conversation (ACCEPT / PATCH / RESTART in tagged fields).
+
+    ``policy`` (a composed ``P_C``; ``None``: :func:`role_policy`) fills ``{policy}`` only; the action list and the
+    reply format stay.
+    """
+    content = render(
+        "mro_controller",
+        question=question,
+        solution=solution.strip(),
+        answer=answer or "(none given)",
+        report=report,
+        policy=_policy("controller", policy),
     )
     return [{"role": "user", "content": content}]
 
