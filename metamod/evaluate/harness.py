@@ -138,6 +138,7 @@ class _Grader:
 
     def __init__(self) -> None:
         self.cache: dict[tuple, bool] = {}
+        self.pair_cache: dict[tuple, dict[str, Any]] = {}
 
     def __call__(self, answer: str | None, ex: Example) -> bool:
         if answer is None:
@@ -153,14 +154,14 @@ class _Grader:
         ``hidden_pairs`` ``[passed, total]`` over the pairs the agent never saw."""
         from metamod.tasks.code_grading import grade_code
 
-        key = ("pairs", answer, ex.id, ex.gold, ex.kind)
-        if key not in self.cache:
+        key = (answer, ex.id, ex.gold, ex.kind)
+        if key not in self.pair_cache:
             grade = grade_code(answer, ex.gold, ex.kind)
             out: dict[str, Any] = {"score": float(grade.score), "pairs": [grade.passed, grade.total]}
             if grade.hidden_total is not None:
                 out["hidden_pairs"] = [grade.hidden_passed, grade.hidden_total]
-            self.cache[key] = out  # type: ignore[assignment]
-        return dict(self.cache[key])  # type: ignore[arg-type]
+            self.pair_cache[key] = out
+        return {k: list(v) if isinstance(v, list) else v for k, v in self.pair_cache[key].items()}
 
 
 def _round_summary(trace: dict[str, Any]) -> list[dict[str, Any]]:
