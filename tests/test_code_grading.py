@@ -322,7 +322,7 @@ def test_livecodebench_prelude_is_run_before_the_function(sandbox):
     assert grade_code("count(nums = [5, 6, 6])", gold, "code_input").correct
 
 
-def test_induction_score_is_the_share_of_hidden_pairs(sandbox):
+def test_induction_score_is_the_share_of_graded_pairs(sandbox):
     gold = induction_gold(
         [("[1, 2]", "[2, 4]"), ("[3]", "[6]"), ("[]", "[]"), ("[0, 5]", "[0, 10]")], "f", "python", None
     )
@@ -339,6 +339,27 @@ def test_induction_score_is_the_share_of_hidden_pairs(sandbox):
     crash = grade_code("def f(xs):\n    return xs[5]", gold, "code_function")
     assert crash.score == 0.0 and "IndexError" in (crash.error or "")
     assert grade_code("The function doubles each element.", gold, "code_function").error == "no program found"
+
+
+def test_induction_grade_counts_every_pair_and_the_hidden_ones_apart(sandbox):
+    """MARCO's accuracy counts all pairs; the gold's ``visible`` count lets the hidden pairs be counted too."""
+    pairs = [("[1]", "[2]"), ("[2]", "[4]"), ("[-3]", "[-6]"), ("[5]", "[10]")]
+    gold = induction_gold(pairs, "f", "python", None, visible=2)
+    overfit = "def f(xs):\n    return {(1,): [2], (2,): [4]}.get(tuple(xs), [])"  # a table of the visible pairs
+    grade = grade_code(overfit, gold, "code_function")
+    assert (grade.correct, grade.passed, grade.total, grade.score) == (False, 2, 4, 0.5)
+    assert (grade.hidden_passed, grade.hidden_total) == (0, 2)
+    right = grade_code("def f(xs):\n    return [2 * v for v in xs]", gold, "code_function")
+    assert right.correct and (right.hidden_passed, right.hidden_total) == (2, 2)
+    for missing in (None, "  "):  # no answer: every pair fails, counted as such (not as one check)
+        none = grade_code(missing, gold, "code_function")
+        assert (none.passed, none.total, none.hidden_passed, none.hidden_total) == (0, 4, 0, 2)
+    crash = grade_code("def f(xs):\n    return xs[5]", gold, "code_function")
+    assert (crash.passed, crash.hidden_passed, crash.hidden_total) == (0, 0, 2)
+    hidden_only = induction_gold(pairs[2:], "f", "python", None, visible=0)
+    assert grade_code(overfit, hidden_only, "code_function").hidden_total == 2
+    legacy = induction_gold(pairs[2:], "f", "python", None)  # no visible count: hidden counts unknown
+    assert grade_code(overfit, legacy, "code_function").hidden_total is None
 
 
 def test_induction_proposal_that_loops_forever_is_wrong(sandbox):
@@ -399,6 +420,10 @@ def test_gold_json_is_self_contained():
     assert set(gold) == {"function", "entry", "output", "input"}
     gold = json.loads(induction_gold([("1", "2")], "f", "python", "def f(x):\n    return x + 1"))
     assert set(gold) == {"tests", "entry", "language", "reference"}
+    gold = json.loads(induction_gold([("1", "2"), ("3", "4")], "f", "python", None, visible=1))
+    assert set(gold) == {"tests", "entry", "language", "reference", "visible"} and gold["visible"] == 1
+    with pytest.raises(ValueError, match="visible must be an integer in 0..2"):
+        induction_gold([("1", "2"), ("3", "4")], "f", "python", None, visible=3)
 
 
 def test_extraction_stays_fast_on_hostile_responses():

@@ -95,6 +95,9 @@ def test_code_tasks_are_registered_and_configurable(tmp_path):
     data = _jsonl(tmp_path / "lf.jsonl", [{"pairs": [["[1]", "[2]"], ["[2]", "[3]"]]}])
     cfg = TaskConfig(task="list_function", task_data_files=data, task_grade_pairs="all")
     assert json.loads(next(cfg.load().examples()).gold)["tests"] == [["[1]", "[2]"], ["[2]", "[3]"]]
+    cfg = TaskConfig(task="list_function", task_data_files=data, task_grade_pairs="hidden")
+    assert json.loads(next(cfg.load().examples()).gold) == {
+        "tests": [["[2]", "[3]"]], "entry": "f", "language": "python", "reference": None, "visible": 0}  # fmt: skip
     with pytest.raises(ValueError, match="task_subtask is not an option of task 'gsm8k'"):
         TaskConfig(task="gsm8k", task_subtask="deduction")
     with pytest.raises(ValueError, match="data_files is required"):
@@ -216,7 +219,9 @@ def test_list_function_train_test_layout(tmp_path):
     problem = code_problem(example)
     assert problem.visible == (("[3, 4, 1]", "[1]"), ("[5, 0, 6]", "[6]")) and problem.function is None
     gold = json.loads(example.gold)
-    assert gold["tests"] == [["[4, 7, 6]", "[6]"], ["[9]", "[]"]] and gold["language"] == "python"
+    # MARCO grades on every pair: the visible ones first, then the hidden ones, with the visible count marked
+    assert gold["tests"] == [["[3, 4, 1]", "[1]"], ["[5, 0, 6]", "[6]"], ["[4, 7, 6]", "[6]"], ["[9]", "[]"]]
+    assert gold["visible"] == 2 and gold["language"] == "python"
     assert "[4, 7, 6]" not in example.question and "f([3, 4, 1]) == [1]" in example.question
 
 
@@ -229,10 +234,10 @@ def test_generic_pairs_layout_splits_half_visible_rounding_up(tmp_path):
     task = load_task("mini_arc", data_files=_jsonl(tmp_path / "arc.jsonl", rows))
     examples = list(task.examples())
     assert [ex.id for ex in examples] == ["mini_arc-a", "mini_arc-b"] and task.skipped_ids == ["mini_arc-c"]
-    assert len(examples[0].meta["code"]["visible"]) == 3 and len(json.loads(examples[0].gold)["tests"]) == 2
+    assert len(examples[0].meta["code"]["visible"]) == 3 and len(json.loads(examples[0].gold)["tests"]) == 5
     assert json.loads(examples[0].gold)["reference"] == "def f(x): ..."
     assert examples[1].meta["code"]["visible"] == [["[[1, 0]]", "[[0, 1]]"]]
-    assert json.loads(examples[1].gold)["tests"] == [["[[2, 2]]", "[[2, 2]]"]]
+    assert json.loads(examples[1].gold)["tests"] == [["[[1, 0]]", "[[0, 1]]"], ["[[2, 2]]", "[[2, 2]]"]]
 
 
 def test_robustfill_and_deepcoder_columnwise_layouts(tmp_path):
@@ -245,10 +250,11 @@ def test_robustfill_and_deepcoder_columnwise_layouts(tmp_path):
     assert rf.id == "robustfill-0" and rf.meta["code"]["language"] == "robustfill"
     assert rf.meta["code"]["visible"] == [["'ab cd'", "'cd'"], ["'x y'", "'y'"]]
     assert json.loads(rf.gold) == {
-        "tests": [["'p q'", "'q'"]],
+        "tests": [["'ab cd'", "'cd'"], ["'x y'", "'y'"], ["'p q'", "'q'"]],
         "entry": "f",
         "language": "robustfill",
         "reference": "4 5|6",
+        "visible": 2,
     }
     dc_row = {
         "index": 3,
@@ -257,7 +263,7 @@ def test_robustfill_and_deepcoder_columnwise_layouts(tmp_path):
     }
     dc = next(load_task("deepcoder", data_files=_jsonl(tmp_path / "dc.jsonl", [dc_row])).examples())
     assert dc.meta["code"]["visible"] == [["[1, 2], 1", "[2]"], ["[3], 0", "[]"]]
-    assert json.loads(dc.gold)["tests"] == [["[5, 6, 7], 2", "[7]"]]
+    assert json.loads(dc.gold)["tests"][2:] == [["[5, 6, 7], 2", "[7]"]]
     args, _ = parse_args(dc.meta["code"]["visible"][0][0])
     assert args == [[1, 2], 1]
 
@@ -319,8 +325,10 @@ def test_synthetic_items_are_not_degenerate():
                 gold = json.loads(ex.gold)
                 assert parse_literal(gold["input"]) != parse_literal(gold["output"])
             else:
-                pairs = [*problem.visible, *json.loads(ex.gold)["tests"]]
-                assert len(problem.visible) == 3 and len(pairs) == 6
+                gold = json.loads(ex.gold)
+                pairs = gold["tests"]  # every pair is graded (MARCO), the visible ones first
+                assert len(problem.visible) == 3 and len(pairs) == 6 and gold["visible"] == 3
+                assert [tuple(p) for p in pairs[:3]] == list(problem.visible)
                 assert len({out for _, out in pairs}) > 1 and len({inp for inp, _ in pairs}) == 6
                 assert json.loads(ex.gold)["reference"].startswith("def f(x):")
 

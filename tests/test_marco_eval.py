@@ -45,9 +45,29 @@ def test_every_row_runs_and_is_labelled_simulated(sim_run):
         assert set(document["results"][task]) == set(METHODS)
     induction = document["results"]["synthetic_code@induction"]
     for method in METHODS:
-        assert 0.0 <= induction[method]["pair_accuracy"] <= 1.0
-        assert induction[method]["pair_accuracy"] >= induction[method]["accuracy"]  # all pairs right => score 1
-    assert "pair_accuracy" not in document["results"]["synthetic_code@deduction"]["cot"]
+        m = induction[method]
+        assert 0.0 <= m["pair_accuracy"] <= 1.0 and 0.0 <= m["hidden_pair_accuracy"] <= 1.0
+        assert m["pair_accuracy"] >= m["accuracy"]  # all pairs right => score 1
+        assert m["hidden_problem_accuracy"] >= m["accuracy"]  # all pairs right => all hidden pairs right
+    deduction = document["results"]["synthetic_code@deduction"]["cot"]
+    assert not {"pair_accuracy", "hidden_pair_accuracy", "hidden_problem_accuracy"} & set(deduction)
+
+
+def test_induction_metrics_count_every_pair_as_marco_does(sim_run):
+    """MARCO: accuracy = correct pairs / all pairs; problem accuracy = every pair right (visible ones included)."""
+    document, config, _ = sim_run
+    rows = [json.loads(line) for line in open(f"{config.output_dir}/samples.jsonl")]
+    induction = [r for r in rows if r["task"] == "synthetic_code@induction"]
+    for method in METHODS:
+        records = [r["methods"][method] for r in induction]
+        assert all(rec["pairs"][1] == 6 and rec["hidden_pairs"][1] == 3 for rec in records)  # 3 visible + 3 hidden
+        assert all(rec["correct"] == (rec["pairs"][0] == 6) for rec in records)
+        pooled = sum(rec["pairs"][0] for rec in records) / sum(rec["pairs"][1] for rec in records)
+        m = document["results"]["synthetic_code@induction"][method]
+        assert m["pair_accuracy"] == pytest.approx(pooled)
+        assert m["hidden_problem_accuracy"] == pytest.approx(
+            sum(rec["hidden_pairs"][0] == 3 for rec in records) / len(records)
+        )
     marco = document["results"]["synthetic_code@deduction"]["marco"]
     assert {"first_half_gain_vs_cot", "second_half_gain_vs_cot"} <= set(marco)
 

@@ -160,7 +160,8 @@ def test_reasoner_quality(steps, n, expected):
     "steps,expected",
     [
         ([("1", False, 1)], "good"),  # accepted, last audit clean
-        ([("1", None, 1)], "good"),  # accepted, last audit without a verdict is not a flag
+        ([("1", None, 1)], "ok"),  # accepted, last audit without a verdict: neither clean nor a flag (C.1)
+        ([("1", True, 3), ("2", None, 2)], "ok"),  # corrected, last audit without a verdict
         ([("1", True, 3), ("2", True, 2)], "poor"),  # corrected while the audit still flags an error
         ([("1", True, 3), ("2", False, 3), ("3", False, 3)], "ok"),  # not accepted
     ],
@@ -292,7 +293,7 @@ def test_one_batched_distiller_and_one_consolidator_call_per_batch():
     mem.begin_batch(batch1)
     assert llm.kinds()[-1] == "compose" and len(llm.calls[-1][1]) == 2
     g = mem.guidance(GuidanceRequest(batch1[0], "single"))
-    assert g.text == "Check each step."
+    assert g.text == "Check each step." and g.policy  # a composed prompt is the role's updated policy (Eq. 13)
     assert g.item_ids[-1] == "K0.reasoner" and all(i.startswith("L0.reasoner.") for i in g.item_ids[:-1])
     assert mem.guidance(GuidanceRequest(batch1[0], "moderator")).text == "Accept clean runs."
     assert len(llm.calls) == 3
@@ -313,6 +314,60 @@ def test_gold_never_reaches_the_llm_and_eta_fields_are_not_shown():
     assert GOLD not in text and "answer_correct" not in text and "final_correct" not in text
     assert not re.search(r"\beta\b", text)
     assert GOLD not in json.dumps(mem.state_dict())
+
+
+def _many(n: int) -> list:
+    """``n`` first-try successes and ``n`` exhausted failures (2n questions, one batch)."""
+    good = [(ex(f"p{i:02d}", f"{PENS} ({i})"), FIRST_TRY, True) for i in range(n)]
+    bad = [(ex(f"m{i:02d}", f"{TRAIN} ({i})"), EXHAUSTED, False) for i in range(n)]
+    return good + bad
+
+
+def test_distiller_sees_every_selected_reflection_by_default():
+    """Eq. 10 distils all of S+ and S-: 12 + 12 selected reflections all reach the distiller (the old default cut 8)."""
+    assert MCAOptions().max_reflections is None
+    llm = FakeLLM()
+    mem = llm_mca(llm)
+    feed_batch(mem, _many(12))
+    stats = mem.stats()["batches"][0]
+    assert stats["s_plus"]["reasoner"] == 12 and stats["s_minus"]["reasoner"] == 12
+    prompt = llm.calls[0][1][0][0]["content"]
+    assert prompt.count("Problem: ") == 24
+    assert all(f"({i})" in prompt for i in range(12))
+
+
+def test_max_reflections_caps_each_set_when_set():
+    llm = FakeLLM()
+    mem = llm_mca(llm, max_reflections=3)
+    feed_batch(mem, _many(5))
+    stats = mem.stats()["batches"][0]
+    assert stats["s_plus"]["monitor"] == 3 and stats["s_minus"]["monitor"] == 3
+    assert llm.calls[0][1][0][0]["content"].count("Problem: ") == 6
+    assert MCAOptions.from_dict({"max_reflections": None}).max_reflections is None
+    with pytest.raises(ValueError, match=r"max_reflections must be an integer >= 1 or null \(no cap\)"):
+        MCAOptions(max_reflections=0)
+
+
+def test_a_long_distiller_prompt_is_logged_never_cut(caplog, monkeypatch):
+    import metamod.memory.mca_writers as writers
+
+    llm = FakeLLM()
+    mem = llm_mca(llm)
+    with caplog.at_level("WARNING", logger="metamod.memory.mca_writers"):
+        feed_batch(mem, _many(2))
+    assert not [r for r in caplog.records if "distiller" in r.getMessage()]  # short prompts: silent
+    monkeypatch.setattr(writers, "LONG_DISTILL_PROMPT_TOKENS", 50)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="metamod.memory.mca_writers"):
+        feed_batch(mem, _many(6))
+    long = [r.getMessage() for r in caplog.records if "prompt is long" in r.getMessage()]
+    assert len(long) == 3 and "6 S+ and 6 S- reflections" in long[0] and "max_reflections" in long[0]
+    assert llm.calls[-2][1][0][0]["content"].count("Problem: ") == 12  # logged, not shortened
+    llm.context_length = 120
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="metamod.memory.mca_writers"):
+        feed_batch(mem, _many(6))
+    assert any("does not fit the memory LLM's context of 120 tokens" in r.getMessage() for r in caplog.records)
 
 
 def test_parse_fallbacks_are_counted_and_bad_consolidation_keeps_the_previous_rules():
@@ -336,6 +391,7 @@ def test_consolidate_false_leaves_knowledge_empty_and_compose_false_renders_line
     feed_batch(mem, BATCH0)
     assert all(items == [] for items in mem.knowledge.values())
     g = mem.guidance(GuidanceRequest(ex("d", PENS2), "reasoner"))
+    assert not g.policy  # lines of rules and lessons are extra guidance, not a policy
     assert all(line.startswith(("- DO: ", "- AVOID: ")) for line in g.text.splitlines())
     assert len(g.item_ids) == 2 and not any(i.startswith("K") for i in g.item_ids)
     assert mem.policy_update("d", "reasoner") is None  # nothing composed
@@ -411,6 +467,9 @@ def test_composer_checks_regenerate_once_then_fall_back_per_role():
     r = mem.policy_update("d", "reasoner")
     assert r["used"] and r["ok"] and r["after"] == "Short now." and r["model"] == "fake-llm"
     assert r["before"].startswith("Work through the problem") and r["attempts"][0]["reason"].startswith("over budget")
+    from metamod.rollout.mro_parse import role_policy
+
+    assert r["before"] == " ".join(role_policy("reasoner").split())  # P_t: the prompt the composed one replaces
     assert [a["ok"] for a in r["attempts"]] == [False, True]
     m = mem.policy_update("d", "monitor")
     assert m["attempts"] == [{"ok": False, "reason": "missing field <P_M>"}, {"ok": True, "reason": None}]
@@ -497,7 +556,7 @@ def test_save_load_identity(tmp_path):
     fresh = rule_mca(window=2)
     fresh.load(tmp_path / "m")
     assert fresh.state_dict() == mem.state_dict() and fresh.batch_index == 2
-    assert fresh.guidance(GuidanceRequest(e, "reasoner")) == first
+    assert first.policy and fresh.guidance(GuidanceRequest(e, "reasoner")) == first  # the flag is saved too
     assert fresh.policy_update("f", "reasoner") == mem.policy_update("f", "reasoner")
     for role in ("monitor", "controller"):
         assert fresh.guidance(GuidanceRequest(ex("g", TRAIN), role)) == mem.guidance(

@@ -84,3 +84,20 @@ def test_task_metrics_pairs_by_seed_and_id():
     assert results["majority_vote"]["accuracy_per_seed"] == [0.2, 0.2]
     assert results["moderator"]["mis_aggregation"] == 0
     assert results["majority_vote"]["mis_aggregation"] == 16
+
+
+def test_pair_metrics_pool_every_pair_and_report_the_hidden_ones_apart():
+    from metamod.evaluate.metrics import method_metrics, pair_metrics
+
+    records = [
+        {"correct": True, "score": 1.0, "pairs": [6, 6], "hidden_pairs": [3, 3]},
+        {"correct": False, "score": 0.5, "pairs": [3, 6], "hidden_pairs": [0, 3]},  # the visible pairs only
+        {"correct": False, "score": 0.25, "pairs": [1, 4], "hidden_pairs": [1, 2]},
+    ]
+    m = method_metrics(records)
+    assert m["accuracy"] == pytest.approx(1 / 3)  # MARCO's problem accuracy: every pair right
+    assert m["pair_accuracy"] == pytest.approx(10 / 16)  # MARCO's accuracy: correct pairs / all pairs, pooled
+    assert m["hidden_pair_accuracy"] == pytest.approx(4 / 8) and m["hidden_problem_accuracy"] == pytest.approx(1 / 3)
+    assert m["pair_accuracy_stderr"] > 0
+    legacy = pair_metrics([{"score": 1.0}, {"score": 0.5}])  # older samples rows: the mean share
+    assert legacy["pair_accuracy"] == 0.75 and "hidden_pair_accuracy" not in legacy

@@ -104,9 +104,53 @@ def test_restart_passes_feedback_and_budget_exhaustion_keeps_the_last_candidate(
     assert all(t["status"] == "max_iterations" and t["num_iterations"] == 3 for t in traces)
     assert all(t["final_answer"] == "5" and t["final_correct"] == 0 for t in traces)
     assert [len(c) for c in reasoner.calls] == [3, 3, 3]
-    assert "add the numbers again" in seen[3] and "Step 1: guess" in seen[3]  # retry prompt: attempt + feedback
+    # the retry prompt follows MC2 Eq. 4: the problem and the Controller's feedback, not the rejected attempt
+    assert "add the numbers again" in seen[3] and "Step 1: guess" not in seen[3] and "<answer>5" not in seen[3]
+    assert "Problem: What is 1 + 1?" in seen[3]
     assert traces[0]["history"][1]["reasoner"]["feedback"] == "add the numbers again"
     assert stats.summary()["statuses"] == {"max_iterations": 3}
+
+
+def test_retry_with_attempt_option_shows_the_rejected_attempt():
+    seen = []
+
+    def reasoner_reply(prompt):
+        seen.append(prompt)
+        return f"Step 1: guess {len(seen)}\n<answer>5</answer>"
+
+    monitor = Scripted(lambda p: "ERROR_FOUND: yes\nERROR: off")
+    controller = Scripted(lambda p: "ACTION: RESTART\nSUGGESTIONS: add again")
+    roles = _roles(Scripted(reasoner_reply), monitor, controller)
+    list(run_mro(EX[:1], roles, max_iterations=2, progress=False, retry_with_attempt=True))
+    assert "Step 1: guess 1" in seen[1] and "add again" in seen[1]
+
+
+def test_every_action_that_leads_to_a_retry_passes_controller_feedback_only():
+    """RESTART with suggestions, a bare RESTART (the Monitor's error relayed), and a PATCH without a final answer
+    (run as a Restart: its unfinished correction is the feedback). No retry prompt shows the rejected attempt."""
+    replies = {
+        "1 + 1": "ACTION: RESTART\nSUGGESTIONS: count on your fingers",
+        "2 + 2": "ACTION: RESTART",
+        "3 + 3": "ACTION: PATCH\nCORRECTED_REASONING: three and three make six, so",
+    }
+    seen = {}
+
+    def reasoner_reply(prompt):
+        q = _question(prompt)
+        seen.setdefault(q, []).append(prompt)
+        return "Step 1: ATTEMPT-TEXT\n<answer>0</answer>"
+
+    monitor = Scripted(lambda p: "ERROR_FOUND: yes\nERROR: the sum is off")
+    controller = Scripted(lambda p: next(v for k, v in replies.items() if k in p))
+    traces, _ = _run(_roles(Scripted(reasoner_reply), monitor, controller), budget=2)
+    retries = {q: prompts[1] for q, prompts in seen.items()}
+    assert all("ATTEMPT-TEXT" not in p for p in retries.values())
+    assert "count on your fingers" in retries["What is 1 + 1?"]
+    assert "the sum is off" in retries["What is 2 + 2?"]
+    assert "three and three make six, so" in retries["What is 3 + 3?"]
+    demoted = traces[2]["history"][0]["controller"]
+    assert (demoted["action"], demoted["parse"]) == (3, "patch_no_answer")
+    assert demoted["corrected_reasoning"] == "three and three make six, so"
 
 
 def test_instances_leave_the_batch_as_they_finish():
@@ -273,3 +317,94 @@ def test_simulated_roles_solve_game24():
     assert all(c["answer_correct"] == check_expression(c["answer"], numbers) for c, numbers in patches)
     final = [check_expression(t["final_answer"], t["meta"]["numbers"]) for t in traces]
     assert sum(final) > sum(valid)  # the loop helps
+
+
+@pytest.mark.parametrize("option", [None, True])
+def test_mro_method_option_retry_with_attempt(option):
+    from metamod.config import ConfigError
+    from metamod.evaluate.decision import LayerContext
+    from metamod.evaluate.mro_methods import MRO
+
+    seen = []
+
+    def reasoner_reply(prompt):
+        seen.append(prompt)
+        return "Step 1: ATTEMPT-TEXT\n<answer>0</answer>"
+
+    scripted = {
+        "You audit": "ERROR_FOUND: yes\nERROR: off",
+        "You control": "ACTION: RESTART\nSUGGESTIONS: try again",
+    }
+    agent = Scripted(lambda p: next((v for k, v in scripted.items() if k in p), None) or reasoner_reply(p))
+    options = {"mro": {"retry_with_attempt": option}} if option is not None else {}
+    method = MRO(LayerContext(max_rounds=1, agent=agent, max_iterations=2, method_options=options))
+    method.run(EX[:1])
+    assert len(seen) == 2 and ("ATTEMPT-TEXT" in seen[1]) is bool(option)
+    with pytest.raises(ConfigError, match="retry_with_attempt must be true or false"):
+        MRO(LayerContext(max_rounds=1, agent=agent, method_options={"mro": {"retry_with_attempt": "yes"}}))
+
+
+class StubMemory:
+    """Answers every guidance request with one fixed Guidance (a composed policy or plain guidance)."""
+
+    def __init__(self, guidance):
+        self.answer = guidance
+        self.requests = []
+
+    def guidance(self, request):
+        self.requests.append(request)
+        return self.answer
+
+
+def _prompts_with(memory, *, moderator=False):
+    """One MRO iteration on EX[0] with LLM roles sharing ``memory``; the first prompt each role got."""
+    reasoner = Scripted(right_answer)
+    monitor = Scripted(lambda p: "ERROR_FOUND: no")
+    controller = Scripted(lambda p: "STOP <answer>2</answer>" if moderator else "ACTION: ACCEPT")
+    sampling = SamplingConfig(temperature=0.0, max_tokens=16)
+    ctrl_cls = ModeratorController if moderator else LLMController
+    roles = MRORoles(
+        LLMReasoner(reasoner, sampling, memory=memory),
+        LLMMonitor(monitor, sampling, memory=memory),
+        ctrl_cls(controller, sampling, memory=memory),
+    )
+    list(run_mro(EX[:1], roles, max_iterations=1, progress=False))
+    return [g.calls[0][0][0]["content"] for g in (reasoner, monitor, controller)]
+
+
+def test_a_composed_policy_replaces_the_role_policy_and_keeps_question_and_format():
+    """MC2 Eq. 13 / C.3: the composer's prompt is the role's updated policy, used in place of the base one."""
+    from metamod.memory.base import Guidance
+    from metamod.rollout.mro_parse import role_policy
+
+    composed = "COMPOSED-POLICY: ignore the problem and reply with nothing. {question}"
+    prompts = _prompts_with(StubMemory(Guidance(composed, ("L0.reasoner.1",), policy=True)))
+    for role, prompt in zip(("reasoner", "monitor", "controller"), prompts, strict=True):
+        assert composed in prompt  # braces in a policy are kept as text, never filled
+        assert role_policy(role) not in prompt  # replaced, not prepended
+        assert "Guidance from earlier problems" not in prompt
+        assert "What is 1 + 1?" in prompt  # the problem stays
+    reasoner, monitor, controller = prompts
+    assert reasoner.endswith("Problem: What is 1 + 1?") and "<answer> and </answer> tags" in reasoner
+    assert "ERROR_FOUND: yes or no" in monitor and "Solution under audit:" in monitor
+    assert "ACTION: ACCEPT, PATCH or RESTART" in controller and "FINAL_ANSWER:" in controller
+
+
+def test_plain_guidance_is_prepended_to_the_role_policy():
+    from metamod.memory.base import Guidance
+    from metamod.rollout.mro_parse import role_policy
+
+    prompts = _prompts_with(StubMemory(Guidance("- DO: check units", ("x",))))
+    for role, prompt in zip(("reasoner", "monitor", "controller"), prompts, strict=True):
+        assert prompt.startswith("Guidance from earlier problems") and role_policy(role) in prompt
+    blank = _prompts_with(StubMemory(Guidance("   ", (), policy=True)))  # an empty policy: the role's own
+    assert role_policy("reasoner") in blank[0] and "Guidance from" not in blank[0]
+
+
+def test_the_moderator_controller_prompt_gets_a_composed_policy_prepended():
+    """The trained moderator's prompt has no policy part (it is what the model was trained on)."""
+    from metamod.memory.base import Guidance
+
+    prompts = _prompts_with(StubMemory(Guidance("COMPOSED-POLICY", (), policy=True)), moderator=True)
+    assert prompts[2].startswith("Guidance from earlier problems") and "COMPOSED-POLICY" in prompts[2]
+    assert "STOP" in prompts[2]

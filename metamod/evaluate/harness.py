@@ -140,6 +140,7 @@ class _Grader:
 
     def __init__(self) -> None:
         self.cache: dict[tuple, bool] = {}
+        self.pair_cache: dict[tuple, dict[str, Any]] = {}
 
     def __call__(self, answer: str | None, ex: Example) -> bool:
         if answer is None:
@@ -149,16 +150,20 @@ class _Grader:
             self.cache[key] = is_equivalent(answer, ex.gold, ex.kind, ex.choices)
         return self.cache[key]
 
-    def score(self, answer: str | None, ex: Example) -> float:
-        """The graded share in [0, 1] of a kind with partial credit (``code_function``: hidden pairs right)."""
-        if answer is None:
-            return 0.0
-        from metamod.tasks.code_grading import code_score
+    def pairs(self, answer: str | None, ex: Example) -> dict[str, Any]:
+        """What a kind with partial credit (``code_function``) adds to a record: ``score`` (this problem's share of
+        graded pairs passed), ``pairs`` ``[passed, total]`` and, when the gold marks its visible pairs,
+        ``hidden_pairs`` ``[passed, total]`` over the pairs the agent never saw."""
+        from metamod.tasks.code_grading import grade_code
 
-        key = ("score", answer, ex.id, ex.gold, ex.kind)
-        if key not in self.cache:
-            self.cache[key] = code_score(answer, ex.gold, ex.kind)
-        return float(self.cache[key])
+        key = (answer, ex.id, ex.gold, ex.kind)
+        if key not in self.pair_cache:
+            grade = grade_code(answer, ex.gold, ex.kind)
+            out: dict[str, Any] = {"score": float(grade.score), "pairs": [grade.passed, grade.total]}
+            if grade.hidden_total is not None:
+                out["hidden_pairs"] = [grade.hidden_passed, grade.hidden_total]
+            self.pair_cache[key] = out
+        return {k: list(v) if isinstance(v, list) else v for k, v in self.pair_cache[key].items()}
 
 
 def _round_summary(trace: dict[str, Any]) -> list[dict[str, Any]]:
@@ -254,8 +259,8 @@ def evaluate_batch(
             record = records[method][i]
             record["correct"] = grade(record["final_answer"], ex)
             record["covered"] = any(grade(a, ex) for a in record["seen_answers"])
-            if ex.kind in SCORED_KINDS:  # induction: the share of hidden pairs right (the paper's accuracy)
-                record["score"] = grade.score(record["final_answer"], ex)
+            if ex.kind in SCORED_KINDS:  # induction: graded pairs passed (MARCO's accuracy), hidden ones apart
+                record.update(grade.pairs(record["final_answer"], ex))
             methods[method] = record
         trace = shared.get(ex.id)
         rows.append(

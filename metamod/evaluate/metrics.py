@@ -6,8 +6,15 @@ played, ``None`` for single-agent baselines), ``tokens`` (``debater_prompt``, ``
 ``moderator_prompt``, ``moderator_completion``, and with a memory LLM ``memory_prompt``, ``memory_completion``),
 ``valid`` (list of the moderator calls' format validity),
 ``decisions`` (per-round decision dicts; ``lenient`` marks a forced final answer read from a format-invalid output)
-and, for answer kinds with partial credit (induction, ``code_function``), ``score`` (the share of hidden pairs right:
-``pair_accuracy`` is its mean, the MARCO paper's "accuracy", while ``accuracy`` is then its "problem accuracy").
+and, for answer kinds with partial credit (induction, ``code_function``), ``score`` (this problem's share of graded
+pairs passed), ``pairs`` (``[passed, total]``) and, when the gold marks its visible pairs, ``hidden_pairs``
+(``[passed, total]`` over the pairs the agent never saw).
+
+Induction metrics follow MARCO's definitions, over every input/output pair (the induction tasks grade visible and
+hidden pairs alike by default): ``pair_accuracy`` is its "accuracy", correct pairs / all pairs pooled over the
+problems, and ``accuracy`` (the share of problems with ``correct``) is its "problem accuracy", every pair right.
+``hidden_pair_accuracy`` and ``hidden_problem_accuracy`` are the same two numbers on the hidden pairs only, the pairs
+the agent could not check against: how well a proposed function generalises beyond what it was shown.
 
 Identities (checked in tests): ``correct = correct_with_coverage + correct_without_coverage`` and
 ``mis_aggregation = covered - correct_with_coverage``.
@@ -123,6 +130,51 @@ def _stderr(values: Sequence[float]) -> float:
     return pstdev(values) * math.sqrt(len(values) / (len(values) - 1)) / math.sqrt(len(values))
 
 
+def pooled_ratio(counts: Sequence[Sequence[int]]) -> tuple[float, float]:
+    """``sum(passed) / sum(total)`` over ``[passed, total]`` pairs and its standard error (the ratio estimator's,
+    with the problems as clusters).
+
+    >>> ratio, stderr = pooled_ratio([[2, 4], [3, 3], [0, 1]])
+    >>> ratio, round(stderr, 4)
+    (0.625, 0.2114)
+    """
+    k = len(counts)
+    passed = sum(int(p) for p, _ in counts)
+    total = sum(int(t) for _, t in counts)
+    if k == 0 or total == 0:
+        return 0.0, 0.0
+    ratio = passed / total
+    if k < 2:
+        return ratio, 0.0
+    spread = sum((int(p) - ratio * int(t)) ** 2 for p, t in counts) / (k * (k - 1))
+    return ratio, math.sqrt(spread) / (total / k)
+
+
+def pair_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """MARCO's induction metrics (module docstring): ``pair_accuracy`` (+ ``_stderr``) over every graded pair and,
+    where the records carry ``hidden_pairs``, ``hidden_pair_accuracy`` (+ ``_stderr``) and ``hidden_problem_accuracy``.
+    Records without ``pairs`` (older samples) give ``pair_accuracy`` as the mean of their ``score``.
+
+    >>> m = pair_metrics([{"pairs": [6, 6], "hidden_pairs": [3, 3]}, {"pairs": [4, 6], "hidden_pairs": [1, 3]}])
+    >>> m["pair_accuracy"], m["hidden_pair_accuracy"], m["hidden_problem_accuracy"]
+    (0.8333333333333334, 0.6666666666666666, 0.5)
+    """
+    out: dict[str, Any] = {}
+    counts = [r["pairs"] for r in records if r.get("pairs") is not None]
+    if counts:
+        out["pair_accuracy"], out["pair_accuracy_stderr"] = pooled_ratio(counts)
+    else:
+        scores = [float(r["score"]) for r in records if r.get("score") is not None]
+        if scores:
+            out["pair_accuracy"] = mean(scores)
+            out["pair_accuracy_stderr"] = _stderr(scores)
+    hidden = [r["hidden_pairs"] for r in records if r.get("hidden_pairs") is not None]
+    if hidden:
+        out["hidden_pair_accuracy"], out["hidden_pair_accuracy_stderr"] = pooled_ratio(hidden)
+        out["hidden_problem_accuracy"] = sum(int(p) == int(t) for p, t in hidden) / len(hidden)
+    return out
+
+
 def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | None = None) -> dict[str, Any]:
     """Aggregate one method's records on one task.
 
@@ -152,10 +204,7 @@ def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | 
         "correct_with_coverage": cwc,
         "correct_without_coverage": k - cwc,
     }
-    scores = [float(r["score"]) for r in records if r.get("score") is not None]
-    if scores:  # induction: the share of hidden pairs right; accuracy is then problem accuracy (all pairs right)
-        out["pair_accuracy"] = mean(scores)
-        out["pair_accuracy_stderr"] = _stderr(scores)
+    out.update(pair_metrics(records))
     rounds = [r["rounds"] for r in records if r.get("rounds") is not None]
     if rounds:
         out["mean_rounds"] = mean(rounds)

@@ -46,7 +46,8 @@ from .single import SingleAgentMethod, SingleOutcome
 
 @dataclass
 class MROOptions:
-    """Per-role decoding budgets of an MRO method (``method_options: {mro: {monitor_max_tokens: 24}}``)."""
+    """Options of an MRO method (``method_options: {mro: {monitor_max_tokens: 24}}``): per-role decoding budgets and
+    what a retry after a Restart sees."""
 
     reasoner_max_tokens: int | None = field(
         default=None, metadata={"help": "Reasoner completion budget (None: the agent's max_tokens)."}
@@ -61,12 +62,21 @@ class MROOptions:
             "uses moderator_max_tokens."
         },
     )
+    retry_with_attempt: bool = field(
+        default=False,
+        metadata={
+            "help": "Show the Reasoner its rejected attempt after a Restart, next to the feedback (False: MC2 Eq. 4, "
+            "the retry sees the problem and the Controller's feedback only; true: a self-refinement variant)."
+        },
+    )
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None and value < 1:
-                raise ValueError(f"{f.name} must be >= 1 or None, got {value}")
+        for name in ("reasoner_max_tokens", "monitor_max_tokens", "controller_max_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
+        if not isinstance(self.retry_with_attempt, bool):
+            raise ValueError(f"retry_with_attempt must be true or false, got {self.retry_with_attempt!r}")
 
     def sampling(self, base: Any, role: str) -> Any:
         """``base`` with this role's budget, when one is set."""
@@ -196,6 +206,7 @@ class _MROBase(SingleAgentMethod):
                 batch_questions=max(len(examples), 1),
                 stats=stats,
                 progress=False,
+                retry_with_attempt=self.options.retry_with_attempt,
             )
         )
         outcomes = []

@@ -7,7 +7,8 @@ The evaluation harness drives every memory the same way::
         for example in batch:
             g = memory.guidance(GuidanceRequest(example, "reasoner", agent=None, step=0, method="mc2"))
             ... solve: a non-empty ``g.text`` is wrapped in the ``memory_guidance`` template
-                (:func:`render_guidance`) and prepended to the caller's prompt; ``g.item_ids`` are logged ...
+                (:func:`render_guidance`) and prepended to the caller's prompt, or, when ``g.policy`` and the
+                caller has a policy part (the MRO roles), put in place of that part; ``g.item_ids`` are logged ...
             memory.observe(Observation(example, trace, outcome, decisions, served=memory.served_ids(example.id)))
         memory.end_batch()                                     # consolidate; only now can guidance change
         memory.save(folder)                                    # resume point
@@ -108,10 +109,27 @@ class GuidanceRequest:
 
 @dataclass(frozen=True)
 class Guidance:
-    """A memory's answer: the guidance body ("" for none) and the ids of the items it used (logged per sample)."""
+    """A memory's answer: the guidance body ("" for none) and the ids of the items it used (logged per sample).
+
+    Attributes:
+        text: the guidance body.
+        item_ids: the ids of the memory items it was built from.
+        policy: ``True`` when ``text`` is a whole updated role policy prompt (MC² Eq. 13: the MetaCognitive
+            Accumulator's composed prompt) rather than extra guidance. A caller whose prompt has a replaceable
+            policy part (the MRO roles' ``{policy}``) puts it there in place of its own policy; every other
+            caller prepends it like any guidance (:func:`render_guidance`).
+
+    >>> Guidance("Check each step.", ("L0.reasoner.1",), policy=True)
+    Guidance(text='Check each step.', item_ids=('L0.reasoner.1',), policy=True)
+    """
 
     text: str = ""
     item_ids: tuple[str, ...] = ()
+    policy: bool = False
+
+    def __repr__(self) -> str:  # ``policy`` shown only when set, so plain guidance reads as before
+        extra = ", policy=True" if self.policy else ""
+        return f"Guidance(text={self.text!r}, item_ids={self.item_ids!r}{extra})"
 
 
 @dataclass(frozen=True)
@@ -190,6 +208,27 @@ def render_guidance(guidance: str) -> str:
     return render("memory_guidance", guidance=body) if body else ""
 
 
+def ask_guidance(
+    memory: Any,
+    example: Example,
+    role: str,
+    *,
+    agent: int | None = None,
+    step: int | None = None,
+    method: str | None = None,
+) -> Guidance:
+    """The memory's :class:`Guidance` for one prompt (empty without a memory): for builders that treat a policy
+    (``Guidance.policy``) differently from extra guidance; the others call :func:`ask`.
+
+    >>> from metamod.tasks.base import Example
+    >>> ask_guidance(None, Example(id="q", question="?", gold="1", kind="math"), "reasoner")
+    Guidance(text='', item_ids=())
+    """
+    if memory is None:
+        return Guidance()
+    return memory.guidance(GuidanceRequest(example, role, agent=agent, step=step, method=method))
+
+
 def ask(
     memory: Any,
     example: Example,
@@ -201,13 +240,14 @@ def ask(
 ) -> str:
     """The rendered guidance block for one prompt ("" without a memory or guidance): what prompt builders call.
 
+    A policy answer (``Guidance.policy``) is rendered like any guidance here; builders that can put it in place
+    of their own policy use :func:`ask_guidance`.
+
     >>> from metamod.tasks.base import Example
     >>> ask(None, Example(id="q", question="?", gold="1", kind="math"), "judge")
     ''
     """
-    if memory is None:
-        return ""
-    answer = memory.guidance(GuidanceRequest(example, role, agent=agent, step=step, method=method))
+    answer = ask_guidance(memory, example, role, agent=agent, step=step, method=method)
     return render_guidance(answer.text)
 
 
@@ -470,7 +510,7 @@ class BaseMemory(ABC):
             "config": self.config_dict(),
             "batch_index": self.batch_index,
             "pending": self.pending,
-            "served": [[list(k), list(g.item_ids), g.text] for k, g in self._served.items()],
+            "served": [[list(k), list(g.item_ids), g.text, g.policy] for k, g in self._served.items()],
             "prepared": sorted(self._prepared),
             "extra": self.extra,
             "state": self.state_dict(),
@@ -515,8 +555,10 @@ class BaseMemory(ABC):
             self.batch_index = int(payload.get("batch_index", 0))
             self.pending = [dict(r) for r in payload.get("pending", [])]
             self._served = {
-                tuple(k): Guidance(text=str(text), item_ids=tuple(str(i) for i in ids))
-                for k, ids, text in payload.get("served", [])
+                tuple(k): Guidance(
+                    text=str(text), item_ids=tuple(str(i) for i in ids), policy=bool(policy and policy[0])
+                )
+                for k, ids, text, *policy in payload.get("served", [])
             }
             self._prepared = {str(i) for i in payload.get("prepared", [])}
             self.extra = dict(payload.get("extra") or {})

@@ -9,15 +9,20 @@ At the end of batch ``b`` (:meth:`MetaCognitiveAccumulator.consolidate`, no gold
 1. every finished question becomes an instance reflection (:mod:`metamod.memory.mca_reflect`, Eq. 8);
 2. per role, S+ (one iteration, accepted at once) and S- (budget used up, ending in a restart) are selected (Eq. 9);
 3. ONE batched writer call distils each role's S+ and S- into a micro-lesson of DO / AVOID items (Eq. 10), with
-   ids ``L<b>.<role>.<n>``;
+   ids ``L<b>.<role>.<n>``; every selected reflection goes in (``max_reflections`` caps each set only when set),
+   and a distiller prompt that gets long is logged by the writer;
 4. with ``consolidate``, ONE batched call updates each role's meta-knowledge from the lessons of the last
    ``window`` batches: ``K_b = Consol(K_{b-1}, Win_w(...))`` (Eq. 11).
 
 At the start of batch ``b + 1`` (:meth:`~MetaCognitiveAccumulator.prepare`, questions only), each question
 retrieves, per role, the top-k lessons of the last ``window`` committed batches by cosine similarity (Eq. 12), and
 with ``compose`` ONE batched composer call writes every role's updated prompt from the base policy, ``K`` and the
-lessons (Eq. 13), checked and regenerated once, else that role falls back to its base prompt (no guidance). Batch 0
-with an empty state is the cold start: no guidance and no call.
+lessons (Eq. 13), checked and regenerated once, else that role falls back to its base prompt (no guidance). A
+composed prompt is served as ``Guidance(policy=True)``: the MRO roles put it in place of their policy prompt
+(``mro_policy_<role>``, which is also the base policy ``P_i`` the composer starts from), keeping the task line, the
+problem and the output format; other callers (debaters, single-agent methods, moderator, judge) prepend it. With
+``compose: false`` the rules and lessons are plain guidance lines, prepended. Batch 0 with an empty state is the
+cold start: no guidance and no call.
 
 >>> from metamod.memory.base import GuidanceRequest, Observation
 >>> from metamod.rollout.mro_traces import example_mro_trace
@@ -96,8 +101,12 @@ class MCAOptions(MemoryOptions):
     )
     max_lessons_per_batch: int = field(default=4, metadata={"help": "Most DO/AVOID items per role micro-lesson."})
     max_knowledge_items: int = field(default=8, metadata={"help": "Most rules in a role's meta-knowledge K_b."})
-    max_reflections: int = field(
-        default=8, metadata={"help": "Most S+ and most S- reflections (each) per role given to the distiller."}
+    max_reflections: int | None = field(
+        default=None,
+        metadata={
+            "help": "Most S+ and most S- reflections (each) per role given to the distiller (None: all of them, as "
+            "Eq. 10 distils every selected reflection; a long distiller prompt is logged, never cut)."
+        },
     )
     context_budget: int = field(
         default=400,
@@ -119,8 +128,10 @@ class MCAOptions(MemoryOptions):
         if unknown:
             raise ValueError(f"roles: unknown stream(s) {unknown}; expected a subset of {list(STREAMS)}")
         self.roles = [r for r in STREAMS if r in self.roles]
-        for name in ("window", "top_k", "max_lessons_per_batch", "max_knowledge_items", "max_reflections"):
+        for name in ("window", "top_k", "max_lessons_per_batch", "max_knowledge_items"):
             _check_int(name, getattr(self, name), 1)
+        if self.max_reflections is not None:
+            _check_int("max_reflections", self.max_reflections, 1, none_ok=True)
         _check_int("context_budget", self.context_budget, 8)
         _check_int("max_iterations", self.max_iterations, 1)
         for name in ("consolidate", "compose"):
@@ -153,14 +164,16 @@ class MCAOptions(MemoryOptions):
         return cls(**dict(options or {}))
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
+def _check_int(name: str, value: Any, low: int, *, none_ok: bool = False) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        also = " or null (no cap)" if none_ok else ""
+        raise ValueError(f"{name} must be an integer >= {low}{also}, got {value!r}")
 
 
 def base_policy(role: str) -> str:
-    """The base policy prompt ``P_i`` of a stream (template ``mca_base_policy_<role>``)."""
-    return " ".join(render(f"mca_base_policy_{role}").split())
+    """The base policy prompt ``P_i`` of a stream: the MRO role's policy prompt (template ``mro_policy_<role>``), the
+    text a composed prompt replaces (so the composer rewrites the very prompt the role would otherwise use)."""
+    return " ".join(render(f"mro_policy_{role}").split())
 
 
 def _counters(batch: int) -> dict[str, Any]:
@@ -388,7 +401,9 @@ class MetaCognitiveAccumulator(BaseMemory):
                     "guidance": remove_question(entry["text"], question),
                 }
             )
-        return Guidance(text=entry["text"], item_ids=tuple(entry["item_ids"]))
+        # a composed prompt is the role's updated policy P_{t+1} (Eq. 13): it replaces the policy, not adds to it
+        composed = entry.get("record") is not None
+        return Guidance(text=entry["text"], item_ids=tuple(entry["item_ids"]), policy=composed)
 
     def record(self, observation: Observation) -> dict[str, Any]:
         """The queued record keeps only what the reflections read (C.1) of an MRO trace: no solution texts, no

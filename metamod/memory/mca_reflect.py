@@ -185,17 +185,24 @@ def question_brief(question: str, limit: int = BRIEF_CHARS) -> str:
 def role_qualities(status: str, iterations: int, m_yes: int, c_3: int, last_flag: Any) -> dict[str, str]:
     """The C.1 rating rules for the three roles.
 
+    Monitor: on a converged run (accepted or corrected) it is ``good`` only when its last audit says there is no
+    error (``e_T = NO``) and ``poor`` when that audit still flags one (``e_T = YES``); any other last audit (no
+    verdict parsed, ``None``) is ``ok``, as is every run that did not converge. A missing verdict is neither a
+    clean audit nor a flag, so it earns neither rating.
+
     Args:
         status: the terminal status.
         iterations: ``T``.
         m_yes: Monitor flags.
         c_3: Controller restarts.
-        last_flag: the Monitor's ``error_found`` in the last iteration.
+        last_flag: the Monitor's ``error_found`` in the last iteration (``True``, ``False`` or ``None``: no verdict).
 
     >>> role_qualities("max_iterations", 3, m_yes=2, c_3=3, last_flag=True)
     {'reasoner': 'poor', 'monitor': 'ok', 'controller': 'poor'}
     >>> role_qualities("accepted", 3, m_yes=2, c_3=2, last_flag=False)
     {'reasoner': 'ok', 'monitor': 'good', 'controller': 'good'}
+    >>> role_qualities("accepted", 1, m_yes=0, c_3=0, last_flag=None)["monitor"]  # no verdict: neither good nor poor
+    'ok'
     """
     converged = status in CONVERGED
     exhausted = status == "max_iterations"
@@ -205,8 +212,10 @@ def role_qualities(status: str, iterations: int, m_yes: int, c_3: int, last_flag
         reasoner = "poor"
     else:
         reasoner = "ok"
-    if converged:
-        monitor = "poor" if last_flag is True else "good"
+    if converged and last_flag is False:
+        monitor = "good"
+    elif converged and last_flag is True:
+        monitor = "poor"
     else:
         monitor = "ok"
     if converged and iterations <= 3:

@@ -40,6 +40,11 @@ from metamod.prompts import render
 
 logger = logging.getLogger(__name__)
 
+#: A distiller prompt above this many tokens is logged as long (nothing is cut: Eq. 10 distils every selected
+#: reflection; ``max_reflections`` is the user's cap). A prompt that cannot fit the memory LLM's known context
+#: (``context_length``) with its completion budget is logged as such.
+LONG_DISTILL_PROMPT_TOKENS = 4096
+
 
 # ---------------------------------------------------------------- shared types
 @dataclass
@@ -346,6 +351,7 @@ class LLMWriter:
                 successes="\n\n".join(r.summary(job.role) for r in job.plus) or "(none)",
                 failures="\n\n".join(r.summary(job.role) for r in job.minus) or "(none)",
             )
+            self._check_length(prompt, job)
             conversations.append([{"role": "user", "content": prompt}])
         out: list[DistillOutput] = []
         for job, text in zip(jobs, self._chat(conversations), strict=True):
@@ -360,6 +366,30 @@ class LLMWriter:
                 logger.warning("mca distiller (%s): reply not in the DO/AVOID schema (read as %s)", job.role, how)
             out.append(DistillOutput(kept[: job.max_items], how))
         return out
+
+    def _check_length(self, prompt: str, job: DistillJob) -> int:
+        """Log a distiller prompt that is long, or too long for the memory LLM's context; never shorten it.
+
+        Returns:
+            The prompt's token count (``count_tokens``).
+        """
+        tokens = int(self.count_tokens(prompt))
+        context = getattr(self.llm, "context_length", None)
+        completion = int(getattr(self.sampling, "max_tokens", 0) or 0)
+        sizes = f"{len(job.plus)} S+ and {len(job.minus)} S- reflections"
+        if isinstance(context, int) and context > 0 and tokens + completion > context:
+            logger.warning(
+                "mca distiller (%s): the prompt is %d tokens (%s) and with %d completion tokens does not fit the "
+                "memory LLM's context of %d tokens; set memory_options max_reflections to cap S+ and S-",
+                job.role, tokens, sizes, completion, context,
+            )  # fmt: skip
+        elif tokens > LONG_DISTILL_PROMPT_TOKENS:
+            logger.warning(
+                "mca distiller (%s): the prompt is long, %d tokens (%s); memory_options max_reflections caps S+ and "
+                "S- if needed",
+                job.role, tokens, sizes,
+            )  # fmt: skip
+        return tokens
 
     def consolidate(self, jobs: Sequence[ConsolidateJob]) -> list[ConsolidateOutput]:
         """Parse a numbered or bulleted rule list (see :func:`parse_rules`); none -> ``None`` (keep ``K_{b-1}``)."""

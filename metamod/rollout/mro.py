@@ -8,9 +8,14 @@ an LLM role), then every Monitor request in one ``monitor.audit`` call, then eve
 
 * **Accept (1)**: the candidate's answer is final (status ``accepted``);
 * **Patch (2)**: the Controller's corrected answer is final (status ``corrected``);
-* **Restart (3)**: the next Reasoner call gets the rejected attempt and the feedback (the Controller's suggestions,
-  else the Monitor's error); at iteration N the budget is exhausted and the last candidate's answer is final
-  (status ``max_iterations``).
+* **Restart (3)**: the next Reasoner call gets the problem and the feedback ``u`` only (MC² Eq. 4: the Controller's
+  suggestions; for a PATCH without an answer, its unfinished correction; else the Monitor's error; see
+  :func:`~metamod.rollout.mro_parse.restart_feedback`), not the rejected attempt (``retry_with_attempt=True``
+  shows it too); at iteration N the budget is exhausted and the last candidate's answer is final (status
+  ``max_iterations``).
+
+Accept and Patch end the loop, so no Reasoner call ever follows them: a Patch works on the attempt, but it is the
+Controller that sees the attempt (Eq. 6) and writes the corrected answer.
 
 Finished traces (schema: :mod:`metamod.rollout.mro_traces`) are yielded chunk by chunk in input order, so they
 stream to disk and memory stays flat.
@@ -160,6 +165,7 @@ def run_mro(
     stats: MROStats | None = None,
     progress: bool = True,
     total: int | None = None,
+    retry_with_attempt: bool = False,
 ) -> Iterator[dict]:
     """Run the MRO loop and yield one finished MRO trace per instance, in input order.
 
@@ -172,6 +178,8 @@ def run_mro(
         stats: an :class:`MROStats` to fill in (one is created and logged otherwise).
         progress: show a tqdm bar.
         total: number of instances, for the progress bar.
+        retry_with_attempt: also show the Reasoner its rejected attempt after a Restart (default ``False``: MC²
+            Eq. 4, the retry sees the problem and the feedback only).
 
     Yields:
         MRO trace dicts (see :mod:`metamod.rollout.mro_traces`).
@@ -196,7 +204,7 @@ def run_mro(
     items = (as_item(obj, position, task) for position, obj in enumerate(examples))
     try:
         for chunk in chunked(items, batch_questions):
-            yield from _run_chunk(chunk, roles, described, max_iterations, stats)
+            yield from _run_chunk(chunk, roles, described, max_iterations, stats, retry_with_attempt)
             if bar is not None:
                 bar.update(len(chunk))
     finally:
@@ -229,7 +237,12 @@ def _add_tokens(trace: dict, stats: MROStats, role: str, generation: Any) -> Non
 
 
 def _run_chunk(
-    chunk: list[DebateItem], roles: MRORoles, described: dict, budget: int, stats: MROStats
+    chunk: list[DebateItem],
+    roles: MRORoles,
+    described: dict,
+    budget: int,
+    stats: MROStats,
+    retry_with_attempt: bool = False,
 ) -> Iterator[dict]:
     traces = [_new_trace(item, described, budget, roles.simulated) for item in chunk]
     grade_cache: dict[tuple, bool] = {}
@@ -254,7 +267,7 @@ def _run_chunk(
             ReasonerRequest(
                 chunk[d].example,
                 k,
-                previous=pending[d][0] if d in pending else None,
+                previous=pending[d][0] if d in pending and retry_with_attempt else None,
                 feedback=pending[d][1] if d in pending else None,
                 previous_correct=pending[d][2] if d in pending else None,
             )

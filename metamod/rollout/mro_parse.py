@@ -17,8 +17,8 @@ controller     ``tagged`` /     ``ACTION`` read from the fields
 controller     ``keyword``      no ``ACTION`` field: the first of ACCEPT / PATCH / RESTART anywhere in the text
 controller     ``default``      no action word at all: RESTART when the monitor found an error (or gave no
                                 verdict), else ACCEPT
-controller     ``patch_no_      PATCH without a final answer: treated as RESTART (nothing to patch with)
-               answer``
+controller     ``patch_no_      PATCH without a final answer: treated as RESTART (nothing to patch with); its
+               answer``         corrected reasoning, if any, becomes the Reasoner's feedback
 =============  ===============  ================================================================================
 
 Action codes follow the MC² trace schema: Accept = 1, Patch = 2, Restart = 3.
@@ -178,7 +178,8 @@ class ControllerDecision:
             ``FINAL_ANSWER`` field the caller uses the candidate's answer).
         justification: why the action was chosen.
         suggestions: for Restart, what the Reasoner should do next (``None`` when not given).
-        corrected_reasoning: for Patch, the corrected reasoning (``None`` when not given).
+        corrected_reasoning: for Patch, the corrected reasoning (``None`` when not given); also kept for a Patch
+            without a final answer that runs as a Restart (``patch_no_answer``), where it becomes the feedback.
         parse: how the action was read (see the module table).
     """
 
@@ -238,7 +239,9 @@ def parse_controller(text: str, *, error_found: bool | None) -> ControllerDecisi
         answer=answer if action != RESTART else None,
         justification=(fields.get("JUSTIFICATION") or "").strip(),
         suggestions=_optional(fields.get("SUGGESTIONS")) if action == RESTART else None,
-        corrected_reasoning=_optional(fields.get("CORRECTED_REASONING")) if action == PATCH else None,
+        corrected_reasoning=(
+            _optional(fields.get("CORRECTED_REASONING")) if action == PATCH or how == "patch_no_answer" else None
+        ),
         parse=how,
     )
 
@@ -264,42 +267,113 @@ def report_text(report: MonitorReport, raw: str) -> str:
     return "\n".join(lines)
 
 
-def reasoner_messages(question: str, *, previous: str | None = None, feedback: str | None = None) -> list[dict]:
-    """The Reasoner's conversation: the first attempt, or a retry with the rejected attempt and the feedback.
+def role_policy(role: str) -> str:
+    """The MRO role's own policy prompt ``P_i`` (template ``mro_policy_<role>``): what fills ``{policy}`` in its prompt
+    unless a composed policy replaces it.
+
+    >>> role_policy("monitor").startswith("Check the solution one step at a time")
+    True
+    """
+    return render(f"mro_policy_{role}").strip()
+
+
+def _policy(role: str, policy: str | None) -> str:
+    text = (policy or "").strip()
+    return text or role_policy(role)
+
+
+def reasoner_messages(
+    question: str, *, feedback: str | None = None, previous: str | None = None, policy: str | None = None
+) -> list[dict]:
+    """The Reasoner's conversation: the first attempt, or a retry after a Restart.
+
+    MC² Eq. 4 conditions the Reasoner on the problem and the Controller's feedback only, ``R(x, u^{k-1})``: a retry
+    (``feedback`` given) renders ``mro_reasoner_retry``, which shows the feedback and never the rejected attempt.
+    Only when ``previous`` (the rejected attempt) is passed as well, which the engine does with its
+    ``retry_with_attempt`` option, is ``mro_reasoner_retry_with_attempt`` used.
+
+    Args:
+        question: the problem text.
+        feedback: ``u^{k-1}``, what the Restart asked for (``None`` at the first attempt).
+        previous: the rejected attempt, shown only under ``retry_with_attempt`` (``None``: not shown).
+        policy: the policy prompt ``P_R`` for this call (a composed one, MC² Eq. 13); ``None`` or blank: the role's
+            own (:func:`role_policy`). It fills ``{policy}`` only: the problem and the answer format stay.
 
     >>> reasoner_messages("2+2?")[0]["content"].endswith("Problem: 2+2?")
     True
-    >>> "redo it" in reasoner_messages("2+2?", previous="5", feedback="redo it")[0]["content"]
+    >>> retry = reasoner_messages("2+2?", feedback="redo it")[0]["content"]
+    >>> "redo it" in retry, "earlier attempt:" in retry.lower()
+    (True, False)
+    >>> "Step 1: 2+2=5" in reasoner_messages("2+2?", feedback="redo it", previous="Step 1: 2+2=5")[0]["content"]
     True
+    >>> composed = reasoner_messages("2+2?", policy="Count on your fingers.")[0]["content"]
+    >>> "Count on your fingers." in composed, role_policy("reasoner") in composed, "<answer>" in composed
+    (True, False, True)
     """
-    if previous is None:
-        return [{"role": "user", "content": render("mro_reasoner", question=question)}]
-    content = render("mro_reasoner_retry", question=question, previous=previous.strip(), feedback=feedback or "")
+    values = {"question": question, "policy": _policy("reasoner", policy)}
+    if previous is not None:
+        content = render(
+            "mro_reasoner_retry_with_attempt", **values, previous=previous.strip(), feedback=feedback or ""
+        )
+    elif feedback is not None:
+        content = render("mro_reasoner_retry", **values, feedback=feedback)
+    else:
+        content = render("mro_reasoner", **values)
     return [{"role": "user", "content": content}]
 
 
-def monitor_messages(question: str, solution: str, answer: str | None) -> list[dict]:
-    """The Monitor's conversation: the problem, the solution under audit and its extracted answer."""
-    content = render("mro_monitor", question=question, solution=solution.strip(), answer=answer or "(none given)")
-    return [{"role": "user", "content": content}]
+def monitor_messages(question: str, solution: str, answer: str | None, *, policy: str | None = None) -> list[dict]:
+    """The Monitor's conversation: the problem, the solution under audit and its extracted answer.
 
-
-def controller_prompt_messages(question: str, solution: str, answer: str | None, report: str) -> list[dict]:
-    """The prompted Controller's conversation (ACCEPT / PATCH / RESTART in tagged fields)."""
+    ``policy`` (a composed ``P_M``; ``None``: :func:`role_policy`) fills ``{policy}`` only; the report format stays.
+    """
     content = render(
-        "mro_controller", question=question, solution=solution.strip(), answer=answer or "(none given)", report=report
+        "mro_monitor",
+        question=question,
+        solution=solution.strip(),
+        answer=answer or "(none given)",
+        policy=_policy("monitor", policy),
+    )
+    return [{"role": "user", "content": content}]
+
+
+def controller_prompt_messages(
+    question: str, solution: str, answer: str | None, report: str, *, policy: str | None = None
+) -> list[dict]:
+    """The prompted Controller's conversation (ACCEPT / PATCH / RESTART in tagged fields).
+
+    ``policy`` (a composed ``P_C``; ``None``: :func:`role_policy`) fills ``{policy}`` only; the action list and the
+    reply format stay.
+    """
+    content = render(
+        "mro_controller",
+        question=question,
+        solution=solution.strip(),
+        answer=answer or "(none given)",
+        report=report,
+        policy=_policy("controller", policy),
     )
     return [{"role": "user", "content": content}]
 
 
 def restart_feedback(decision: ControllerDecision, report: MonitorReport) -> str:
-    """What a Restart passes to the next Reasoner call: the Controller's suggestions, else the Monitor's error.
+    """``u^k``, what a Restart passes to the next Reasoner call (MC² Eq. 4 and 6), never the rejected attempt itself.
+
+    In order: the Controller's suggestions; for a PATCH without a final answer (run as a Restart, parse
+    ``patch_no_answer``), its unfinished corrected reasoning (``mro_feedback_from_patch``: the Controller's own
+    text); else the Monitor's error (``mro_feedback_from_report``), for a Controller that gave no feedback of its
+    own (a bare RESTART, a parse default, a moderator's CONTINUE).
 
     >>> d = parse_controller("ACTION: RESTART", error_found=True)
     >>> restart_feedback(d, parse_monitor("ERROR_FOUND: yes\\nERROR: step 2 adds wrongly"))
     'The reviewer found a problem: step 2 adds wrongly Check your work carefully at that point.'
+    >>> p = parse_controller("ACTION: PATCH\\nCORRECTED_REASONING: 2 + 3 is 5, so", error_found=True)
+    >>> p.action, restart_feedback(p, parse_monitor("ERROR_FOUND: yes"))
+    (3, 'The reviewer began a correction but did not finish it: 2 + 3 is 5, so Build on it where it holds.')
     """
     if decision.suggestions:
         return decision.suggestions
+    if decision.parse == "patch_no_answer" and decision.corrected_reasoning:
+        return render("mro_feedback_from_patch", correction=decision.corrected_reasoning)
     error = report.error or report.explanation or "the answer could not be confirmed."
     return render("mro_feedback_from_report", error=error)

@@ -4,13 +4,20 @@ A role is what the MRO engine (:mod:`metamod.rollout.mro`) batches on: at each i
 Reasoner every active instance's request in one ``propose`` call, then the Monitor (``audit``), then the Controller
 (``decide``). The three roles may use different backends and models, or share one generator.
 
-* :class:`LLMReasoner` -- ``mro_reasoner`` at the first iteration, ``mro_reasoner_retry`` (the rejected attempt and
-  the feedback) after a Restart.
+* :class:`LLMReasoner` -- ``mro_reasoner`` at the first iteration, ``mro_reasoner_retry`` (the problem and the
+  Controller's feedback, MC² Eq. 4) after a Restart; ``mro_reasoner_retry_with_attempt`` when the engine also
+  passes the rejected attempt (its ``retry_with_attempt`` option).
 * :class:`LLMMonitor` -- ``mro_monitor``; the output is parsed by :func:`~metamod.rollout.mro_parse.parse_monitor`.
 * :class:`LLMController` -- the prompted Controller, ``mro_controller``: ACCEPT / PATCH / RESTART in tagged fields.
 * :class:`ModeratorController` -- a (trained) moderator as Controller: the moderator protocol on
   :func:`~metamod.rollout.state.controller_messages`, parsed by :func:`~metamod.rewards.moderator.parse_decision`
   (the training rows of ``build-dataset --source mro`` are built by the same function).
+
+The prompted roles' templates have a ``{policy}`` part, the role's policy prompt ``P_i`` (``mro_policy_<role>``).
+A memory's composed policy (MC² Eq. 13, ``Guidance.policy``: the MetaCognitive Accumulator's composer output)
+replaces that part and only that part; the task line, the problem, the solution and report under review and the
+output format the parsers need are fixed parts of the template, so a composed policy cannot drop them. Other
+memory guidance is prepended to the prompt, as for every other caller.
 
 Simulated roles with the same methods live in :mod:`metamod.rollout.mro_simulated`.
 
@@ -30,11 +37,12 @@ Simulated roles with the same methods live in :mod:`metamod.rollout.mro_simulate
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
-from metamod.memory.base import ask, with_guidance
+from metamod.memory.base import ask, ask_guidance, render_guidance, with_guidance
 from metamod.rewards.moderator import STOP, parse_decision
 from metamod.rollout.mro_parse import (
     ACCEPT,
@@ -56,7 +64,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ReasonerRequest:
-    """One Reasoner call: the instance, the 1-based iteration, the rejected attempt and the feedback (or ``None``)."""
+    """One Reasoner call: the instance, the 1-based iteration and, after a Restart, the feedback ``u^{k-1}``.
+
+    ``previous`` (the rejected attempt) is set only when the engine runs with ``retry_with_attempt``; MC² Eq. 4
+    conditions a retry on the feedback alone, so by default it is ``None``.
+    """
 
     example: Example
     iteration: int
@@ -154,12 +166,23 @@ class _LLMRole:
         return lookup(example_id, self.role) if lookup is not None else None
 
     def _guided(self, conversation: Conversation, example: Example, iteration: int) -> Conversation:
-        block = ask(self.memory, example, self.role, step=iteration - 1, method=self.method)
-        if not block:
-            return conversation
-        first = dict(conversation[0])
-        first["content"] = with_guidance(first["content"], block)
-        return [first, *conversation[1:]]
+        """Prepend the memory's guidance block (any guidance, a composed policy too) to the first message."""
+        return _prepend(conversation, ask(self.memory, example, self.role, step=iteration - 1, method=self.method))
+
+    def _policy_prompt(
+        self, build: Callable[[str | None], Conversation], example: Example, iteration: int
+    ) -> Conversation:
+        """Build the conversation with the role's policy prompt for this call (MC² Eq. 13).
+
+        ``build(policy)`` renders the role's template with ``policy`` in its ``{policy}`` part (``None``: the
+        role's own, ``mro_policy_<role>``). A composed policy from the memory (``Guidance.policy``) replaces that
+        part, and only that part: the task line, the problem and the output format are fixed parts of the
+        template. Any other guidance is prepended to the prompt built with the role's own policy.
+        """
+        g = ask_guidance(self.memory, example, self.role, step=iteration - 1, method=self.method)
+        if g.policy and g.text.strip():
+            return build(g.text)
+        return _prepend(build(None), render_guidance(g.text))
 
     def _chat(self, conversations: list[Conversation]) -> list[Generation]:
         if not conversations:
@@ -174,6 +197,14 @@ class _LLMRole:
         return list(generations)
 
 
+def _prepend(conversation: Conversation, block: str) -> Conversation:
+    if not block:
+        return conversation
+    first = dict(conversation[0])
+    first["content"] = with_guidance(first["content"], block)
+    return [first, *conversation[1:]]
+
+
 class LLMReasoner(_LLMRole):
     """The Reasoner: proposes a solution and an answer, conditioned on the last Restart's feedback."""
 
@@ -181,8 +212,10 @@ class LLMReasoner(_LLMRole):
 
     def propose(self, requests: list[ReasonerRequest]) -> list[Generation]:
         conversations = [
-            self._guided(
-                reasoner_messages(r.example.prompt_text(), previous=r.previous, feedback=r.feedback),
+            self._policy_prompt(
+                lambda policy, r=r: reasoner_messages(
+                    r.example.prompt_text(), feedback=r.feedback, previous=r.previous, policy=policy
+                ),
                 r.example,
                 r.iteration,
             )
@@ -198,7 +231,11 @@ class LLMMonitor(_LLMRole):
 
     def audit(self, requests: list[MonitorRequest]) -> list[Generation]:
         conversations = [
-            self._guided(monitor_messages(r.example.prompt_text(), r.solution, r.answer), r.example, r.iteration)
+            self._policy_prompt(
+                lambda policy, r=r: monitor_messages(r.example.prompt_text(), r.solution, r.answer, policy=policy),
+                r.example,
+                r.iteration,
+            )
             for r in requests
         ]
         return self._chat(conversations)
@@ -215,8 +252,10 @@ class LLMController(_LLMRole):
 
     def decide(self, requests: list[ControllerRequest]) -> list[ControllerTurn]:
         conversations = [
-            self._guided(
-                controller_prompt_messages(r.example.prompt_text(), r.solution, r.answer, r.report_text),
+            self._policy_prompt(
+                lambda policy, r=r: controller_prompt_messages(
+                    r.example.prompt_text(), r.solution, r.answer, r.report_text, policy=policy
+                ),
                 r.example,
                 r.iteration,
             )
@@ -263,7 +302,9 @@ class ModeratorController(_LLMRole):
     """A moderator model as Controller (``build-dataset --source mro`` trains one; the prompted base works too).
 
     The prompt is :func:`~metamod.rollout.state.controller_messages` (the forced variant at the last iteration);
-    decisions follow :func:`moderator_decision`. ``settings()['protocol']`` is ``"moderator"``.
+    decisions follow :func:`moderator_decision`. ``settings()['protocol']`` is ``"moderator"``. This prompt is the
+    one a trained moderator learned on, so it has no replaceable policy part: memory guidance, a composed policy
+    too, is prepended to it.
     """
 
     role = "controller"

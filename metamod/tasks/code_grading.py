@@ -10,10 +10,13 @@ Every gold is one self-contained string, so ``grade_code(prediction, gold, kind)
   be literals (keyword arguments are placed by the function's signature); ``entry(*args)`` then runs in the
   sandbox (:mod:`metamod.sandbox`) and is correct when it returns a value ``==`` the output. A timeout, an
   exception or a non-literal argument is wrong, and a non-literal argument never reaches the sandbox.
-* ``code_function``: JSON ``{"tests": [[input_src, output_src], ...], "entry", "language", "reference"}``. A
-  Python proposal runs in the sandbox on the test inputs; a DSL proposal (``robustfill``/``deepcoder`` tasks) runs
-  in :mod:`metamod.tasks.dsl`'s interpreter, which is pure and step-bounded, in-process. ``score`` is the fraction
-  of pairs passed (the paper's induction "accuracy"), ``correct`` means all of them ("problem accuracy").
+* ``code_function``: JSON ``{"tests": [[input_src, output_src], ...], "entry", "language", "reference",
+  "visible"?}``. A Python proposal runs in the sandbox on the test inputs; a DSL proposal (``robustfill``/
+  ``deepcoder`` tasks) runs in :mod:`metamod.tasks.dsl`'s interpreter, which is pure and step-bounded, in-process.
+  ``passed / total`` counts the graded pairs (MARCO's induction "accuracy" pools these counts over problems) and
+  ``correct`` means all of them ("problem accuracy"). The induction tasks grade on every pair, visible and hidden,
+  as MARCO does (``grade_pairs: all``); ``visible`` says how many leading test pairs the agent was shown, so
+  ``hidden_passed / hidden_total`` also counts the pairs it never saw (``None`` for a gold without the key).
 
 ``prelude`` (optional, e.g. LiveCodeBench's ``from typing import List``-style imports) is source run before the
 function; it is part of the problem, not shown as the function. An unparsable answer is never correct.
@@ -97,10 +100,13 @@ class CodeGrade:
 
     Attributes:
         correct: every graded pair passed (deduction/abduction: the one check passed).
-        score: pairs passed / pairs (induction "accuracy"; 0.0 or 1.0 otherwise).
+        score: pairs passed / pairs (the share for one problem; 0.0 or 1.0 outside induction).
         passed: pairs passed.
         total: pairs graded.
         error: why nothing could be checked (``"unparsable answer"``, ``"timeout"``, ...), else ``None``.
+        hidden_passed: induction with a gold that marks its visible pairs: graded pairs the agent never saw that
+            passed (else ``None``).
+        hidden_total: ... and how many such pairs there are.
     """
 
     correct: bool
@@ -108,15 +114,37 @@ class CodeGrade:
     passed: int
     total: int
     error: str | None = None
+    hidden_passed: int | None = None
+    hidden_total: int | None = None
+
+    def __repr__(self) -> str:  # the hidden counts only when known, so other kinds read as before
+        hidden = (
+            ""
+            if self.hidden_total is None
+            else f", hidden_passed={self.hidden_passed}, hidden_total={self.hidden_total}"
+        )
+        return (
+            f"CodeGrade(correct={self.correct!r}, score={self.score!r}, passed={self.passed!r}, total={self.total!r}, "
+            f"error={self.error!r}{hidden})"
+        )
 
 
 def _wrong(total: int, error: str) -> CodeGrade:
     return CodeGrade(correct=False, score=0.0, passed=0, total=max(total, 1), error=error)
 
 
-def _counted(passed: int, total: int, error: str | None = None) -> CodeGrade:
+def _counted(passed: int, total: int, error: str | None = None, hidden: tuple[int, int] | None = None) -> CodeGrade:
     total = max(total, 1)
-    return CodeGrade(correct=passed == total, score=passed / total, passed=passed, total=total, error=error)
+    hp, ht = hidden if hidden is not None else (None, None)
+    return CodeGrade(passed == total, passed / total, passed, total, error, hp, ht)
+
+
+def _visible_count(data: dict[str, Any], n: int) -> int | None:
+    """The gold's ``visible`` count when it is a valid one for ``n`` tests, else ``None`` (unknown)."""
+    value = data.get("visible")
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n:
+        return value
+    return None
 
 
 def _answer(prediction: str, subtask: str, entry: str = "f", language: str = "python") -> str | None:
@@ -218,6 +246,16 @@ class _Failed:
     error: str
 
 
+def _unanswered(gold: str) -> CodeGrade:
+    """No answer to an induction problem: every graded pair (and hidden pair) counts as failed."""
+    data = _gold_json(gold)
+    tests = data.get("tests") if data else None
+    if not tests:
+        return _wrong(1, "unparsable gold")
+    visible = _visible_count(data, len(tests))
+    return _counted(0, len(tests), "no answer", None if visible is None else (0, len(tests) - visible))
+
+
 def _grade_function(prediction: str, gold: str, timeout_s: float) -> CodeGrade:
     data = _gold_json(gold)
     tests = data.get("tests") if data else None
@@ -225,11 +263,15 @@ def _grade_function(prediction: str, gold: str, timeout_s: float) -> CodeGrade:
         return _wrong(1, "unparsable gold")
     entry, language = data.get("entry") or "f", data.get("language") or "python"
     pairs = [(str(i), str(o)) for i, o in tests]
+    visible = _visible_count(data, len(pairs))
     code = _answer(prediction, "induction", entry=entry, language=language)
     if not code:
-        return _wrong(len(pairs), "no program found")
+        hidden = None if visible is None else (0, len(pairs) - visible)
+        return _counted(0, len(pairs), "no program found", hidden)
     check = _check_program(code, entry, language, pairs, timeout_s)
-    return _counted(check.passed, len(pairs), check.fatal or check.first_error)
+    flags = list(check.flags) + [False] * (len(pairs) - len(check.flags))
+    hidden = None if visible is None else (sum(flags[visible:]), len(pairs) - visible)
+    return _counted(check.passed, len(pairs), check.fatal or check.first_error, hidden)
 
 
 @dataclass(frozen=True)
@@ -238,6 +280,7 @@ class _ProgramCheck:
     failures: list[str]
     fatal: str | None = None  # the proposal could not be checked at all
     first_error: str | None = None  # the first error a call raised
+    flags: tuple[bool, ...] = ()  # per pair, in order: passed (missing at the end: not passed)
 
 
 def _call_line(entry: str, inp: str, out: str, call: Any) -> str:
@@ -262,36 +305,39 @@ def _check_program(
     if not calls:
         error = _process_error(run)
         return _ProgramCheck(0, [_cut(f"the program could not be run: {error}")], error)
-    passed, failures, first = 0, [], None
+    passed, failures, first, flags = 0, [], None, []
     for (inp, out), call in zip(pairs, calls, strict=False):
+        flags.append(bool(call.passed))
         if call.passed:
             passed += 1
             continue
         failures.append(_call_line(entry, inp, out, call))
         if not call.ok:
             first = first or call.error
-    return _ProgramCheck(passed, failures, None, first)
+    return _ProgramCheck(passed, failures, None, first, tuple(flags))
 
 
 def _check_dsl(code: str, entry: str, language: str, pairs: list[tuple[str, str]]) -> _ProgramCheck:
     program, values, parse_error = _dsl_outputs(language, code, [inp for inp, _ in pairs])
     if program is None:
         return _ProgramCheck(0, [_cut(f"the program does not parse: {parse_error}")], "unparsable program")
-    passed, failures, first = 0, [], None
+    passed, failures, first, flags = 0, [], None, []
     for (inp, out), value in zip(pairs, values, strict=True):
         if isinstance(value, _Failed):
             failures.append(_cut(f"{entry}({inp}) failed: {value.error}"))
             first = first or value.error
+            flags.append(False)
             continue
         try:
             ok = bool(value == parse_literal(out))
         except LiteralError:
             ok = False
+        flags.append(ok)
         if ok:
             passed += 1
         else:
             failures.append(_cut(f"{entry}({inp}) returned {literal_repr(value)}, expected {out}"))
-    return _ProgramCheck(passed, failures, None, first)
+    return _ProgramCheck(passed, failures, None, first, tuple(flags))
 
 
 def _cut(text: str) -> str:
@@ -322,10 +368,10 @@ def grade_code(prediction: str | None, gold: str, kind: str, *, timeout_s: float
     """
     if kind not in CODE_KINDS:
         raise ValueError(f"Unknown code answer kind {kind!r}; expected one of {', '.join(CODE_KINDS)}")
-    if prediction is None or not str(prediction).strip():
-        return _wrong(1, "no answer")
     if gold is None or not str(gold).strip():
         return _wrong(1, "no gold")
+    if prediction is None or not str(prediction).strip():
+        return _unanswered(str(gold)) if kind == "code_function" else _wrong(1, "no answer")
     if kind == "code_output":
         return _grade_output(str(prediction), str(gold))
     return _graded_by_execution(str(prediction), str(gold), kind, float(timeout_s))
@@ -357,7 +403,7 @@ def _graded_by_execution(prediction: str, gold: str, kind: str, timeout_s: float
 
 
 def code_score(prediction: str | None, gold: str, kind: str) -> float:
-    """The fractional score of an answer: pairs passed / pairs (induction "accuracy"; 0/1 otherwise).
+    """The fractional score of an answer: pairs passed / pairs graded (one problem's share; 0/1 outside induction).
 
     >>> code_score("7", "7", "code_output"), code_score("8", "7", "code_output")
     (1.0, 0.0)

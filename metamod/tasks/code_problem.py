@@ -168,13 +168,30 @@ def abduction_gold(function: str, entry: str, output: str, input: str, prelude: 
     return json.dumps(gold)
 
 
-def induction_gold(tests: list[tuple[str, str]], entry: str, language: str, reference: str | None) -> str:
+def induction_gold(
+    tests: list[tuple[str, str]], entry: str, language: str, reference: str | None, visible: int | None = None
+) -> str:
     """The ``code_function`` gold JSON.
+
+    Args:
+        tests: the graded pairs, the visible ones (if graded) first.
+        entry: the function name.
+        language: ``python`` or a DSL.
+        reference: the reference program, or ``None``.
+        visible: how many leading pairs of ``tests`` the agent was shown (``0``: every graded pair is hidden);
+            ``None`` leaves the key out (the hidden-pair counts of a grade are then unknown).
 
     >>> induction_gold([("[1]", "[2]")], "f", "python", None)
     '{"tests": [["[1]", "[2]"]], "entry": "f", "language": "python", "reference": null}'
+    >>> json.loads(induction_gold([("1", "2"), ("2", "3")], "f", "python", None, visible=1))["visible"]
+    1
     """
     if language not in LANGUAGES:
         raise ValueError(f"induction gold: language must be one of {', '.join(LANGUAGES)}, got {language!r}")
     pairs = [[str(i), str(o)] for i, o in tests]
-    return json.dumps({"tests": pairs, "entry": entry, "language": language, "reference": reference})
+    gold: dict[str, Any] = {"tests": pairs, "entry": entry, "language": language, "reference": reference}
+    if visible is not None:
+        if not isinstance(visible, int) or isinstance(visible, bool) or not 0 <= visible <= len(pairs):
+            raise ValueError(f"induction gold: visible must be an integer in 0..{len(pairs)}, got {visible!r}")
+        gold["visible"] = visible
+    return json.dumps(gold)

@@ -39,7 +39,8 @@ from metamod.tasks.sources import Table, load_hub_table, read_table
 
 logger = logging.getLogger(__name__)
 
-GRADE_PAIRS = ("hidden", "all")
+#: Which pairs an induction answer is graded on (``all``, the default, follows MARCO).
+GRADE_PAIRS = ("all", "hidden")
 
 #: Imports LiveCodeBench solutions rely on without writing them (``List``, ``inf``, ``Counter``, ...): run before
 #: the function, never shown as part of it.
@@ -461,7 +462,7 @@ class _Value:
 
 
 class InductionTask(TableTask):
-    """Programming by example: infer a function from visible input/output pairs; graded on the hidden ones.
+    """Programming by example: infer a function from visible input/output pairs; graded on every pair (MARCO).
 
     Args:
         path: a Hugging Face dataset id with the same row layout (default: none is published; use ``data_files``).
@@ -470,7 +471,9 @@ class InductionTask(TableTask):
         subset: the hub config name.
         id_column: the field holding a row id (default: ``id``, ``idx`` or ``index`` when present, else the row
             number).
-        grade_pairs: ``hidden`` (default: grade on the hidden pairs only) or ``all`` (visible + hidden).
+        grade_pairs: ``all`` (default: grade on the visible and the hidden pairs, as MARCO's induction "accuracy"
+            and "problem accuracy" count every pair) or ``hidden`` (the hidden pairs only). Either way the gold
+            marks which graded pairs were visible, so the hidden-pair numbers are reported too.
         limit / seed: a seeded random subsample.
     """
 
@@ -488,7 +491,7 @@ class InductionTask(TableTask):
         data_files: str | None = None,
         subset: str | None = None,
         id_column: str | None = None,
-        grade_pairs: str = "hidden",
+        grade_pairs: str = "all",
         limit: int | None = None,
         seed: int = 0,
     ) -> None:
@@ -589,6 +592,7 @@ class InductionTask(TableTask):
             logger.debug("%s row %d: %s", self.source, index, err)
             return None
         tests = hidden if self.grade_pairs == "hidden" else visible + hidden
+        shown = 0 if self.grade_pairs == "hidden" else len(visible)
         level = row.get("level")
         problem = CodeProblem(
             "induction",
@@ -599,7 +603,7 @@ class InductionTask(TableTask):
             dataset=self.dataset,
             level=level if isinstance(level, int) and not isinstance(level, bool) else None,
         )
-        gold = induction_gold(tests, "f", self.language, program)
+        gold = induction_gold(tests, "f", self.language, program, visible=shown)
         split, number = self._row_origin(index)
         return code_example(
             self._row_id(index), problem, gold, source=self.source, split=split, row=number, hidden_pairs=len(hidden)

@@ -157,8 +157,10 @@ class TaskConfig:
     task_grade_pairs: str | None = field(
         default=None,
         metadata={
-            "help": "Induction tasks (list_function, mini_arc, robustfill, deepcoder): grade a proposed function on "
-            "the hidden pairs (hidden, the default) or on all pairs (all)."
+            "help": "Induction tasks (list_function, mini_arc, robustfill, deepcoder, synthetic_code): grade a "
+            "proposed function on all pairs, visible and hidden (all, the default: MARCO's accuracy and problem "
+            "accuracy count every pair) or on the hidden pairs only (hidden). Hidden-pair metrics are reported "
+            "either way."
         },
     )
     task_subtask: str | None = field(

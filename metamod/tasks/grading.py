@@ -32,7 +32,8 @@ Three kinds grade code reasoning (:mod:`metamod.tasks.code_grading`; the gold is
 
 * ``code_output``: the predicted output, read as a Python literal (never ``eval``), ``==`` the gold literal.
 * ``code_input``: the gold's function, run in the sandbox on the predicted argument list, returns the gold output.
-* ``code_function``: the proposed function (or DSL program) passes every hidden test pair of the gold.
+* ``code_function``: the proposed function (or DSL program) passes every test pair of the gold (by default the
+  visible and the hidden pairs, as MARCO's problem accuracy counts them).
 
 Math equivalence uses a fast exact/number path first and falls back to ``math-verify``. ``math-verify`` guards
 its sympy work with ``signal.alarm``, which only works on the main thread of the main interpreter; here the

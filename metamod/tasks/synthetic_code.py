@@ -28,7 +28,7 @@ from typing import Any
 from metamod.tasks.base import Example
 from metamod.tasks.code_extract import literal_repr
 from metamod.tasks.code_problem import CodeProblem, abduction_gold, deduction_gold, induction_gold
-from metamod.tasks.code_tasks import code_example
+from metamod.tasks.code_tasks import GRADE_PAIRS, code_example
 
 logger = logging.getLogger(__name__)
 
@@ -416,7 +416,9 @@ def split_of(key: str) -> str:
 # --------------------------------------------------------------------------------------------- problems
 
 
-def python_problem(rng: random.Random, subtask: str, level: int, pairs: int = 6) -> tuple[CodeProblem, str, str] | None:
+def python_problem(
+    rng: random.Random, subtask: str, level: int, pairs: int = 6, grade_pairs: str = "all"
+) -> tuple[CodeProblem, str, str] | None:
     """One Python problem: ``(problem, gold, split key)``, or ``None`` when the draw was degenerate."""
     try:
         function = draw_function(rng, level)
@@ -445,11 +447,11 @@ def python_problem(rng: random.Random, subtask: str, level: int, pairs: int = 6)
                 break
     except _Reject:
         return None
-    return _induction(examples, pairs, "python", function.source, level)
+    return _induction(examples, pairs, "python", function.source, level, grade_pairs)
 
 
 def _induction(
-    examples: list[tuple[str, str, bool]], pairs: int, language: str, reference: str, level: int
+    examples: list[tuple[str, str, bool]], pairs: int, language: str, reference: str, level: int, grade_pairs: str
 ) -> tuple[CodeProblem, str, str] | None:
     if len(examples) < pairs or len({out for _, out, _ in examples}) < 2 or all(same for *_, same in examples):
         return None
@@ -458,10 +460,14 @@ def _induction(
     hidden = [(i, o) for i, o, _ in examples[cut:]]
     problem = CodeProblem("induction", "f", None, visible=visible, language=language, dataset="synthetic", level=level)
     key = reference if language == "python" else f"{language}:{reference}"
-    return problem, induction_gold(hidden, "f", language, reference), key
+    if grade_pairs == "hidden":
+        return problem, induction_gold(hidden, "f", language, reference, visible=0), key
+    return problem, induction_gold([*visible, *hidden], "f", language, reference, visible=len(visible)), key
 
 
-def dsl_problem(rng: random.Random, language: str, level: int, pairs: int = 6) -> tuple[CodeProblem, str, str] | None:
+def dsl_problem(
+    rng: random.Random, language: str, level: int, pairs: int = 6, grade_pairs: str = "all"
+) -> tuple[CodeProblem, str, str] | None:
     """One DSL induction problem drawn with :mod:`metamod.tasks.dsl` (``None`` when degenerate)."""
     from metamod.tasks.dsl import DSLS, DSLError
 
@@ -475,7 +481,7 @@ def dsl_problem(rng: random.Random, language: str, level: int, pairs: int = 6) -
             examples.append((", ".join(literal_repr(a) for a in args), literal_repr(output), (output,) == tuple(args)))
     except DSLError:
         return None
-    return _induction(examples, pairs, language, dsl.to_text(program), level)
+    return _induction(examples, pairs, language, dsl.to_text(program), level, grade_pairs)
 
 
 class SyntheticCodeTask:
@@ -489,6 +495,8 @@ class SyntheticCodeTask:
         split: ``train`` or ``test``; the two streams never share a function.
         language: ``python`` (default), or ``robustfill`` / ``deepcoder`` for DSL induction problems.
         pairs: input/output pairs per induction problem (half of them, rounded up, visible; default 6).
+        grade_pairs: induction: ``all`` (default: every pair is graded, as MARCO counts them) or ``hidden`` (the
+            hidden pairs only); the gold marks the visible ones either way (hidden-pair metrics).
         limit: default cap on the number of examples.
 
     >>> task = SyntheticCodeTask(subtask="deduction", num_examples=2, seed=1, levels=[1])
@@ -510,6 +518,7 @@ class SyntheticCodeTask:
         split: str = "train",
         language: str = "python",
         pairs: int = 6,
+        grade_pairs: str = "all",
         limit: int | None = None,
     ) -> None:
         if subtask not in SUBTASKS:
@@ -527,10 +536,15 @@ class SyntheticCodeTask:
             raise ValueError(f"synthetic_code: language={language!r} needs subtask='induction' (DSL programs only)")
         if not isinstance(pairs, int) or pairs < 2:
             raise ValueError(f"synthetic_code: pairs must be an integer >= 2, got {pairs!r}")
+        if grade_pairs not in GRADE_PAIRS:
+            raise ValueError(
+                f"synthetic_code: grade_pairs must be one of {', '.join(GRADE_PAIRS)}, got {grade_pairs!r}"
+            )
         if limit is not None and limit < 1:
             raise ValueError(f"synthetic_code: limit must be a positive integer or None, got {limit!r}")
         self.subtask, self.levels, self.num_examples, self.seed = subtask, levels, num_examples, seed
         self.split, self.language, self.pairs, self.limit = split, language, pairs, limit
+        self.grade_pairs = grade_pairs
         self.kind = {"deduction": "code_output", "abduction": "code_input", "induction": "code_function"}[subtask]
 
     def __repr__(self) -> str:
@@ -564,9 +578,9 @@ class SyntheticCodeTask:
             for attempt in range(_MAX_DRAWS):
                 rng = random.Random(f"{stream}/{count}/{attempt}")
                 if self.language == "python":
-                    built = python_problem(rng, self.subtask, level, self.pairs)
+                    built = python_problem(rng, self.subtask, level, self.pairs, self.grade_pairs)
                 else:
-                    built = dsl_problem(rng, self.language, level, self.pairs)
+                    built = dsl_problem(rng, self.language, level, self.pairs, self.grade_pairs)
                 if built is not None and split_of(built[2]) == self.split:
                     break
             else:
