@@ -13,8 +13,8 @@ from tests.fixtures.datasets import CANARY_GOLDS, FIXTURES, NO_CANARY, ROOT, opt
 
 PAPER_CONFIGS = sorted((ROOT / "configs" / "eval").glob("*paper*.yaml")) + [
     ROOT / "configs" / "memory" / "mine_paper.yaml",
-    ROOT / "configs" / "rollout" / "gsm8k_mmlu_llama8b.yaml",
-    ROOT / "configs" / "rollout" / "mro_math500_llama8b.yaml",
+    ROOT / "configs" / "rollout" / "paper_gsm8k_mmlu_llama8b.yaml",
+    ROOT / "configs" / "rollout" / "mc2_paper_mro_math500_llama8b.yaml",
 ]
 
 

@@ -139,7 +139,7 @@ def test_mro_math500_llama8b_config_parses():
     from metamod.rollout.simulated import SimulationConfig
     from metamod.tasks import TaskConfig
 
-    path = REPO / "configs/rollout/mro_math500_llama8b.yaml"
+    path = REPO / "configs/rollout/mc2_paper_mro_math500_llama8b.yaml"
     task, config, _, _ = parse_config(
         [TaskConfig, RolloutConfig, SimulationConfig, MROSimulationConfig], ["--config", str(path)]
     )

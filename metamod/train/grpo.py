@@ -2,7 +2,7 @@
 
 One code path for both worlds: on this CPU machine the tiny offline model on simulated debates
 (``configs/train/tiny_sim.yaml``), on GPU nodes bf16 + vLLM generation + ``accelerate launch`` with DeepSpeed
-(``configs/train/llama8b_moderator.yaml`` and friends). Every ``trl.GRPOConfig`` option passes through.
+(``configs/train/paper_llama8b_moderator.yaml`` and friends). Every ``trl.GRPOConfig`` option passes through.
 
 Outputs in ``output_dir`` (default ``checkpoints/<run_name>``): the LoRA adapter + tokenizer, ``checkpoint-N/``
 folders (resume with ``--resume_from_checkpoint true``), ``metamod_train_config.yaml`` (the resolved config),
