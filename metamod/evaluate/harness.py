@@ -198,6 +198,49 @@ def _single_record(outcome: Any) -> dict[str, Any]:
     }
 
 
+class BudgetLedger:
+    """The prompt-budget events (:mod:`metamod.llm.budget`) of a run's generators, attributed to questions.
+
+    The harness runs one step at a time (the shared debates, then each method), so the events drained after a step
+    are that step's; each is given to the question whose text its prompt holds (:func:`question_of`).
+    """
+
+    def __init__(self, generators: Sequence[Any] = ()) -> None:
+        from metamod.llm.budget import budgeted
+
+        self.generators: list[Any] = []
+        for generator in generators:
+            found = budgeted(generator)
+            if found is not None and all(found is not g for g in self.generators):
+                self.generators.append(found)
+
+    def drain(self, batch: Sequence[Example]) -> dict[str, dict[str, int]]:
+        """``{question id: {"prompt_cuts": n, "prompts_too_long": m}}`` of the events since the last drain."""
+        from metamod.llm.budget import question_of
+
+        out: dict[str, dict[str, int]] = {}
+        questions = {ex.id: ex.prompt_text() for ex in batch}
+        for generator in self.generators:
+            for event in generator.take_events():
+                qid = question_of(event.text, questions) or question_of(
+                    event.text, {ex.id: ex.question for ex in batch}
+                )
+                if qid is None:
+                    logger.warning("prompt budget: a %s prompt names no question of this batch", event.kind)
+                    continue
+                key = "prompts_too_long" if event.kind == "too_long" else "prompt_cuts"
+                counts = out.setdefault(qid, {})
+                counts[key] = counts.get(key, 0) + 1
+        return out
+
+
+def _add_budget(record: dict[str, Any], *counts: dict[str, int] | None) -> None:
+    """Add a question's prompt-budget counts to its record (nothing when there are none)."""
+    for part in counts:
+        for key, value in (part or {}).items():
+            record[key] = record.get(key, 0) + value
+
+
 def evaluate_batch(
     batch: list[Example],
     *,
@@ -209,6 +252,7 @@ def evaluate_batch(
     traces: dict[str, dict],
     grade: _Grader,
     method_traces: dict[str, list[Any]] | None = None,
+    ledger: BudgetLedger | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """All methods on one batch of questions.
 
@@ -222,12 +266,18 @@ def evaluate_batch(
         grade: the cached grader.
         method_traces: when given, filled with each single-agent method's own traces (e.g. MRO traces; ``None``
             for a question without one), for the methods' memories.
+        ledger: the run's prompt-budget events; a question whose prompt for a method was cut is counted in that
+            method's record (``prompt_cuts``), one whose prompt could not fit (``prompts_too_long``) is graded
+            wrong and named in the log. The shared debates' events count for every debate method.
 
     Returns:
         ``(rows, shared_traces_by_id)``: one samples row per question, and the transcripts the rows describe.
     """
     debate_methods = [m for m in layers if getattr(layers[m], "family", "debate") == "debate"]
     records: dict[str, list[dict[str, Any]]] = {}
+    ledger = ledger or BudgetLedger()
+    budget: dict[str, dict[str, dict[str, int]]] = {}
+    ledger.drain(batch)  # what the memories' preparation spent belongs to no method
     if debate_methods or config.mode == "replay":
         missing = [ex for ex in batch if ex.id not in traces]
         if missing and config.mode == "replay" and debate_methods:
@@ -235,6 +285,7 @@ def evaluate_batch(
 
             for trace in run_debates(missing, debaters, max_rounds=config.max_rounds, task=task, progress=False):
                 traces[trace["id"]] = trace
+    debates_budget = ledger.drain(batch)
     shared = {ex.id: traces[ex.id] for ex in batch if ex.id in traces}
     for method in debate_methods:
         if config.mode == "live":
@@ -246,10 +297,14 @@ def evaluate_batch(
                     shared[ex.id] = trace
         else:
             records[method] = replay(layers[method], [shared[ex.id] for ex in batch])
+        budget[method] = ledger.drain(batch)
+        for qid, counts in debates_budget.items():  # every debate method answers from the shared debates
+            _add_budget(budget[method].setdefault(qid, {}), counts)
     for method, layer in layers.items():
         if method not in records:
             outcomes = layer.run(batch)
             records[method] = [_single_record(o) for o in outcomes]
+            budget[method] = ledger.drain(batch)
             if method_traces is not None:
                 method_traces[method] = [getattr(o, "trace", None) for o in outcomes]
     rows = []
@@ -257,7 +312,14 @@ def evaluate_batch(
         methods = {}
         for method in layers:
             record = records[method][i]
-            record["correct"] = grade(record["final_answer"], ex)
+            _add_budget(record, budget.get(method, {}).get(ex.id))
+            record["correct"] = grade(record["final_answer"], ex) and not record.get("prompts_too_long")
+            if record.get("prompts_too_long"):
+                logger.warning(
+                    "eval %s seed %d: question %r, method %s: %d prompt(s) did not fit the model's context; "
+                    "graded wrong",
+                    task, seed, ex.id, method, record["prompts_too_long"],
+                )  # fmt: skip
             record["covered"] = any(grade(a, ex) for a in record["seen_answers"])
             if ex.kind in SCORED_KINDS:  # induction: graded pairs passed (MARCO's accuracy), hidden ones apart
                 record.update(grade.pairs(record["final_answer"], ex))
@@ -443,6 +505,7 @@ def _evaluate(
                 traces=traces,
                 writer=writer,
                 sinks=(sink, trace_sink),
+                ledger=BudgetLedger(list(generators.values())),
             )
             try:
                 # with a memory on, each memory scope (a task, or the whole run: memory_scope) gets its memories
@@ -490,6 +553,7 @@ class _SeedRun:
     traces: dict[str, dict]
     writer: Any
     sinks: tuple[JsonlWriter, JsonlWriter]
+    ledger: BudgetLedger
 
     def tasks(self, examples: dict[str, list[Example]], scope: str | None) -> None:
         """Run ``examples``' missing cells with the memories of ``scope`` (a task, or ``None``: the whole run)."""
@@ -546,6 +610,7 @@ class _SeedRun:
                         traces=traces,
                         grade=grade,
                         method_traces=method_traces,
+                        ledger=self.ledger,
                     )
                     if with_memory:
                         memories.annotate(rows, number)

@@ -217,6 +217,10 @@ def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | 
         totals.append(sum(int((r.get("tokens") or {}).get(key, 0)) for key in TOKEN_KEYS))
     out["tokens_per_question"] = mean(totals) if totals else 0.0
     out["tokens_per_question_stderr"] = _stderr(totals)
+    # the prompt budget (metamod.llm.budget): questions with a prompt cut to fit, and with one that could not fit
+    # (graded wrong); always reported, so a paper run shows 0 when nothing was cut
+    out["prompt_cut_questions"] = sum(1 for r in records if r.get("prompt_cuts"))
+    out["prompt_too_long_questions"] = sum(1 for r in records if r.get("prompts_too_long"))
     validity = [bool(v) for r in records for v in (r.get("valid") or [])]
     if validity:
         out["format_valid_rate"] = sum(validity) / len(validity)

@@ -130,7 +130,7 @@ class BudgetEvent:
         kind: ``"cut"`` or ``"too_long"``.
         tokens: the prompt's tokens before any cut.
         budget: ``context - max_tokens``.
-        guidance_items: guidance items dropped (a dropped frame counts as one).
+        guidance_items: guidance items dropped (the last item leaves together with the frame).
         turns: history messages dropped.
         text: the conversation's text (every message), to find the question it was about (:func:`question_of`).
     """

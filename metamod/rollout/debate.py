@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from metamod.llm.budget import TOO_LONG
 from metamod.rollout.debaters import DebateRequest, DebaterGroup
 from metamod.rollout.stats import EtaTally
 from metamod.rollout.traces import SCHEMA_VERSION
@@ -54,6 +55,7 @@ class DebateStats:
         responses: debater responses produced.
         prompt_tokens / completion_tokens: token totals reported by the debaters.
         trimmed: prompts shortened to fit the context.
+        too_long: prompts that could not fit it even then (not sent; the response is empty, its answer None).
         eta: eta per round and coverage (:class:`~metamod.rollout.stats.EtaTally`, keyed by (id, position)).
         correct_by_round / responses_by_round: agent answers equivalent to gold / all answers, per round.
         stop_reasons: finished debates per stop reason.
@@ -67,6 +69,7 @@ class DebateStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     trimmed: int = 0
+    too_long: int = 0
     eta: EtaTally = field(default_factory=EtaTally)
     correct_by_round: list[int] = field(default_factory=list)
     responses_by_round: list[int] = field(default_factory=list)
@@ -92,6 +95,7 @@ class DebateStats:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "trimmed_prompts": self.trimmed,
+            "prompts_too_long": self.too_long,
             "calls_per_backend": dict(self.calls),
             "elapsed_s": round(self.elapsed_s, 3),
             "questions_per_s": round(self.questions / elapsed, 2),
@@ -326,16 +330,18 @@ def _run_chunk(
                 correct = grade_cache[key]
                 eta = eta or int(correct)
                 trimmed = bool(getattr(gen, "trimmed", False))
-                round_responses.append(
-                    {
-                        "agent": agent,
-                        "text": gen.text,
-                        "answer": answer,
-                        "prompt_tokens": int(gen.prompt_tokens),
-                        "completion_tokens": int(gen.completion_tokens),
-                        "trimmed": trimmed,
-                    }
-                )
+                response = {
+                    "agent": agent,
+                    "text": gen.text,
+                    "answer": answer,
+                    "prompt_tokens": int(gen.prompt_tokens),
+                    "completion_tokens": int(gen.completion_tokens),
+                    "trimmed": trimmed,
+                }
+                if getattr(gen, "finish_reason", None) == TOO_LONG:  # not sent: metamod.llm.budget
+                    response["prompt_too_long"] = True
+                    stats.too_long += 1
+                round_responses.append(response)
                 stats.responses += 1
                 stats.prompt_tokens += int(gen.prompt_tokens)
                 stats.completion_tokens += int(gen.completion_tokens)

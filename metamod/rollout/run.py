@@ -574,6 +574,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
     print(f"  eta rate by round  {summary['eta_rate_by_round']}")
     print(f"  agent accuracy     {summary['agent_accuracy_by_round']}")
     print(f"  coverage           {summary['coverage']}   calls {summary['calls_per_backend']}")
+    if summary.get("trimmed_prompts") or summary.get("prompts_too_long"):
+        print(
+            f"  prompt budget      {summary.get('trimmed_prompts', 0)} prompt(s) cut to fit, "
+            f"{summary.get('prompts_too_long', 0)} too long (not sent, answered empty)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
