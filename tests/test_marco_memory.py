@@ -77,7 +77,7 @@ def test_no_condenser_serves_the_raw_bank_capped_most_recent():
     for i in range(3):
         solve(mem, i, f"lesson number {i}")
     mem.end_batch()
-    assert guidance(mem).text.splitlines() == ["- lesson number 1", "- lesson number 2"]
+    assert guidance(mem).text.splitlines() == ["- lesson number 2", "- lesson number 1"]  # newest first
     assert mem.counters["condensations"] == 0
 
 
@@ -163,3 +163,24 @@ def test_parse_guidelines_and_rule_condense():
         "Third item here.",
     ]
     assert rule_condense(["a b c", "a b c d", "x y z"], 1) == ["a b c d"]
+
+
+def test_marco_paper_raw_bank_fits_its_prompt_budget_at_any_bank_size():
+    """marco_paper.yaml's MARCO v2 (no condenser) after a whole dataset's takeaways: the guidance a code agent gets
+    stays inside max_model_len - max_tokens with room for the problem (issue: an uncapped bank overflowed 8192)."""
+    from pathlib import Path
+
+    import yaml
+
+    from metamod.llm.budget import estimate_tokens
+    from metamod.memory.base import render_guidance
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/eval/marco_paper.yaml").read_text())
+    options = {k: v for k, v in config["memory_options"].items() if k not in ("condenser",)}
+    mem = MarcoMemory(MarcoOptions(**{**options, "condense": False, "condenser": "rule"}))
+    for i in range(500):  # ~ the largest dataset's problems x 2 agents, every takeaway at the 300-character limit
+        solve(mem, i, f"Takeaway {i}: " + "check the loop bounds and the empty input first " * 8)
+    mem.end_batch()
+    block = render_guidance(guidance(mem).text)
+    budget = config["debater_backend_options"]["max_model_len"] - config["max_tokens"]
+    assert estimate_tokens([{"role": "user", "content": block}]) <= budget // 2, "leave half for problem + history"

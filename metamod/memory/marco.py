@@ -16,7 +16,8 @@ agent's own model); the trace carries them as ``trace["takeaways"]``. This memor
   ties (for the simulated world and tests).
 * **Guidance.** The condensed knowledge, one ``- `` line per guideline (ids ``K<n>``), the same for every agent.
   Entries waiting for the next condensation are not shown unless ``serve_pending`` is set. With ``condense: false``
-  (MARCO v2, no condenser) the guidance is the raw bank itself, the ``max_served`` most recent entries (ids ``R<n>``).
+  (MARCO v2, no condenser) the guidance is the raw bank itself, the ``max_served`` most recent entries, newest first
+  (ids ``R<n>``; the prompt budget drops items from the end, so the oldest go first).
 
 * **Scope** (``scope: dataset``, the default): one bank, knowledge and condensation schedule per code-reasoning
   dataset and sub-task (``meta["code"]``'s ``dataset`` and ``subtask``), as the paper runs each dataset on its own;
@@ -248,7 +249,8 @@ class MarcoMemory(BaseMemory):
         items = list(scope["knowledge"]) if opts.condense else []
         if not opts.condense or opts.serve_pending:
             bank = scope["bank"]
-            items += bank if opts.max_served is None else bank[-opts.max_served :]
+            recent = bank if opts.max_served is None else bank[-opts.max_served :]
+            items += recent[::-1]  # newest first: a prompt over its budget loses the oldest (metamod.llm.budget)
         return items
 
     def compute_guidance(self, request: GuidanceRequest) -> Guidance:
