@@ -164,3 +164,29 @@ def test_vllm_matches_protocol(tmp_path):
     gen.chat_template_kwargs = {"enable_thinking": False}  # the real LLM.chat takes it (the tiny template ignores it)
     assert [g.text for g in gen.chat(convs, SamplingConfig(temperature=0, max_tokens=8))] == [g.text for g in greedy]
     assert gen.count_tokens(convs[0]) == out[0].prompt_tokens
+
+
+def test_hf_overrides_reach_the_engine(monkeypatch):
+    """BackendConfig.hf_overrides (e.g. Qwen3's YaRN rope for a 72k context) is passed to vllm.LLM as it is."""
+    seen = {}
+
+    class RecordingLLM:
+        def __init__(self, **kwargs):
+            seen.update(kwargs)
+            self.model_config = types.SimpleNamespace(max_model_len=kwargs.get("max_model_len"))
+
+        def get_tokenizer(self):
+            return FakeTokenizer()
+
+    module = types.ModuleType("vllm")
+    module.LLM = RecordingLLM
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setattr("metamod.llm.vllm_backend.is_vllm_available", lambda: True, raising=False)
+    monkeypatch.setattr("metamod.llm.is_vllm_available", lambda: True, raising=False)
+    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1e6}
+    overrides = {"max_position_embeddings": 131072, "rope_parameters": rope}
+    try:
+        build_generator(BackendConfig(backend="vllm", model="m", max_model_len=72000, hf_overrides=overrides))
+    except Exception as err:  # the fake engine lacks what later setup reads; the constructor call is what matters
+        assert seen, f"vllm.LLM was not called: {err}"
+    assert seen["hf_overrides"] == overrides and seen["max_model_len"] == 72000

@@ -115,6 +115,14 @@ class BackendConfig:
             "the model's tokenizer: for runs whose tokenizer is not the real model's (the CPU shape run)."
         },
     )
+    hf_overrides: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "vllm: model-config fields to override (vLLM's hf_overrides), e.g. a YaRN rope for a context past "
+            "the model's native one: {max_position_embeddings: 131072, rope_parameters: {rope_type: yarn, factor: "
+            "4.0, original_max_position_embeddings: 32768, rope_theta: 1000000.0}} for Qwen3."
+        },
+    )
     enable_lora: bool = field(
         default=False, metadata={"help": "vllm: enable LoRA adapters (set automatically with adapter)."}
     )
@@ -159,6 +167,8 @@ class BackendConfig:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
         if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
             raise ValueError(f"dtype must be one of auto, bfloat16, float16, float32; got {self.dtype!r}")
+        if not isinstance(self.hf_overrides, dict):
+            raise ValueError(f"hf_overrides must be a mapping of model-config fields, got {self.hf_overrides!r}")
         if not isinstance(self.chat_template_kwargs, dict) or not all(
             isinstance(key, str) for key in self.chat_template_kwargs
         ):
@@ -227,6 +237,7 @@ def _build_backend(config: BackendConfig) -> Generator:
             seed=config.seed,
             trust_remote_code=config.trust_remote_code,
             chat_template_kwargs=config.chat_template_kwargs,
+            **({"hf_overrides": dict(config.hf_overrides)} if config.hf_overrides else {}),
         )
     if config.backend == "openai":
         return cls(
