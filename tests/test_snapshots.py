@@ -188,8 +188,8 @@ def test_keep_agents_regrades_eta_and_keeps_more_agents_untouched():
         snapshot_rows(three, keep_agents=0)
 
 
-def test_cli_paper_options_and_train_side_check(three_agent_traces, tmp_path, capsys, caplog):
-    from metamod.train.common import warn_dataset_options
+def test_cli_paper_options_and_train_side_check(three_agent_traces, tmp_path, capsys):
+    from metamod.train.common import check_dataset_options
 
     out = tmp_path / "ds"
     argv = ["--traces", str(three_agent_traces), "--output_dir", str(out)]
@@ -198,11 +198,11 @@ def test_cli_paper_options_and_train_side_check(three_agent_traces, tmp_path, ca
     loaded = load_from_disk(str(out))
     assert set(loaded["train"]["num_agents"]) == {2} and not any(loaded["train"]["is_final_round"])
     paper = {"validation_fraction": 0.0, "single_template": True, "keep_agents": 2}
-    assert warn_dataset_options(str(out), paper) == []
-    with caplog.at_level("WARNING", logger="metamod.train.common"):
-        assert warn_dataset_options(str(out), {**paper, "keep_agents": None}) == ["keep_agents"]
-    assert "keep_agents=2" in caplog.text and "--keep_agents None" in caplog.text
-    assert warn_dataset_options(str(tmp_path / "elsewhere"), paper) == []  # nothing recorded: nothing to check
+    assert check_dataset_options(str(out), paper) == []
+    with pytest.raises(ConfigError, match="was built with keep_agents=2, but this config asks for keep_agents=None") as info:
+        check_dataset_options(str(out), {**paper, "keep_agents": None})
+    assert "metamod build-dataset" in str(info.value) and "--keep_agents None" in str(info.value)
+    assert check_dataset_options(str(tmp_path / "elsewhere"), paper) == []  # nothing recorded: nothing to check
     with pytest.raises(ConfigError, match="keep_agents must be >= 1"):
         main([*argv, "--keep_agents", "0"])
 

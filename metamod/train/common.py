@@ -181,11 +181,18 @@ def drop_long_prompts(dataset, tokenizer, max_prompt_tokens: int | None, *, wher
     return dataset
 
 
-def warn_dataset_options(dataset_path: str, options: dict[str, Any]) -> list[str]:
-    """Warn when a local dataset's recorded build options (``build_summary.json``) differ from ``options``.
+def check_dataset_options(dataset_path: str, options: dict[str, Any]) -> list[str]:
+    """Refuse a local dataset whose recorded build options (``build_summary.json``) differ from ``options``.
+
+    A paper train config names the rows it must train on (``dataset_*``: one template on every snapshot, the first N
+    agents, no validation split); a dataset built otherwise would train another method without an error, so it is
+    refused, with the rebuild command.
 
     Returns:
-        The differing option names (empty when they agree, or when nothing was recorded).
+        ``[]`` when they agree, or when the dataset records nothing (a Hub dataset, or one built elsewhere).
+
+    Raises:
+        ConfigError: naming each differing option, its recorded and asked values, and the fix.
     """
     summary_path = Path(dataset_path).expanduser() / "build_summary.json"
     try:
@@ -196,13 +203,14 @@ def warn_dataset_options(dataset_path: str, options: dict[str, Any]) -> list[str
         return []
     differ = sorted(k for k, v in options.items() if k in recorded and recorded[k] != v)
     if differ:
-        logger.warning(
-            "%s was built with %s, but this config asks for %s (dataset_* options); training on it as it is. "
-            "Rebuild it with `metamod build-dataset ... %s` to match.",
-            dataset_path,
-            ", ".join(f"{k}={recorded[k]!r}" for k in differ),
-            ", ".join(f"{k}={options[k]!r}" for k in differ),
-            " ".join(f"--{k} {options[k]}" for k in differ),
+        from metamod.errors import ConfigError
+
+        raise ConfigError(
+            f"{dataset_path} was built with {', '.join(f'{k}={recorded[k]!r}' for k in differ)}, but this config "
+            f"asks for {', '.join(f'{k}={options[k]!r}' for k in differ)} (dataset_* options). Rebuild it: "
+            f"`metamod build-dataset --traces <rollout> --output_dir {dataset_path} "
+            + " ".join(f"--{k} {options[k]}" for k in differ)
+            + "` (or set the config's dataset_* options to what it was built with)"
         )
     return differ
 

@@ -295,8 +295,8 @@ def refuse_hub_token(args: ModeratorGRPOConfig) -> None:
 def prepare_dataset(args: ModeratorGRPOConfig) -> None:
     """Build ``dataset_path`` from ``build_dataset_config`` when it is missing (saying so in the log).
 
-    An existing local dataset whose ``build_summary.json`` records other ``dataset_*`` options is used as it is,
-    with a warning naming the differences.
+    An existing local dataset whose ``build_summary.json`` records other ``dataset_*`` options is refused, naming
+    the differences and the rebuild command (:func:`metamod.train.common.check_dataset_options`).
     """
     if args.dataset_path is None:
         raise ValueError("dataset_path is required (a `metamod build-dataset` folder or a Hub dataset id)")
@@ -306,7 +306,7 @@ def prepare_dataset(args: ModeratorGRPOConfig) -> None:
         "keep_agents": args.dataset_keep_agents,
     }
     if Path(args.dataset_path).exists():
-        common.warn_dataset_options(args.dataset_path, options)
+        common.check_dataset_options(args.dataset_path, options)
         return
     if not args.build_dataset_config:
         return
