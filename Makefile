@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: install test test-all demo demo-simulated bench lint gpu-smoke clean
+.PHONY: install test test-shape test-all demo demo-simulated bench lint gpu-smoke clean
 
 # torch==2.13.0 (CPU build) goes in FIRST: peft declares an unpinned torch and would otherwise pull a CUDA build.
 $(VENV)/.installed: pyproject.toml
@@ -26,8 +26,13 @@ install: $(VENV)/.installed
 test: install
 	$(PY) -m pytest -q
 
+# Every paper config end to end on the CPU (tiny model, fixture data, the configs' own budgets): docs/paper_settings.md
+test-shape: install
+	$(PY) -m pytest -q -m shape tests/test_shape_run.py
+
 test-all: install
-	$(PY) -m pytest -q -m "not gpu and not vllm"
+	$(PY) -m pytest -q -m "not gpu and not vllm and not shape"
+	$(PY) -m pytest -q -m shape tests/test_shape_run.py
 
 # The real CPU world (SmolLM2 debaters, moderator, judge): two torch threads are faster than one on 2 cores.
 demo: install

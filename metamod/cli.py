@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "metamod.evaluate.sweep:main",
         "run one eval config over the values of one setting -> sweep.json + plots",
     ),
+    "shape-run": (
+        "metamod.shape_run:main",
+        "run a paper config end to end on a CPU: tiny model, fixture data, the config's own budgets",
+    ),
     "fit-cheatsheet": (
         "metamod.memory.cheatsheet_fit:main",
         "fit the Bayesian Cheatsheet (PCA, projector, HDP-GMM) on mined behaviours",

@@ -199,7 +199,9 @@ def test_cli_paper_options_and_train_side_check(three_agent_traces, tmp_path, ca
     assert set(loaded["train"]["num_agents"]) == {2} and not any(loaded["train"]["is_final_round"])
     paper = {"validation_fraction": 0.0, "single_template": True, "keep_agents": 2}
     assert check_dataset_options(str(out), paper) == []
-    with pytest.raises(ConfigError, match="was built with keep_agents=2, but this config asks for keep_agents=None") as info:
+    with pytest.raises(
+        ConfigError, match="was built with keep_agents=2, but this config asks for keep_agents=None"
+    ) as info:
         check_dataset_options(str(out), {**paper, "keep_agents": None})
     assert "metamod build-dataset" in str(info.value) and "--keep_agents None" in str(info.value)
     assert check_dataset_options(str(tmp_path / "elsewhere"), paper) == []  # nothing recorded: nothing to check

@@ -108,6 +108,17 @@ class BackendConfig:
             "leave room for max_tokens; metamod.llm.budget). None: the model's own (openai: unknown, not checked)."
         },
     )
+    generation_cap: int | None = field(
+        default=None,
+        metadata={
+            "help": "Generate at most this many tokens per call whatever max_tokens says; the prompt budget still "
+            "reserves max_tokens (the CPU shape run of a GPU config: real prompt budgets, short generations)."
+        },
+    )
+    prompt_log: str | None = field(
+        default=None,
+        metadata={"help": "Append every conversation sent to this model to this JSONL file (an audit of prompts)."},
+    )
     token_estimate: bool = field(
         default=False,
         metadata={
@@ -150,6 +161,8 @@ class BackendConfig:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.generation_cap is not None and self.generation_cap < 1:
+            raise ValueError(f"generation_cap must be >= 1 or None, got {self.generation_cap}")
         if self.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
         if self.max_retries < 0:
@@ -201,7 +214,13 @@ def build_generator(config: BackendConfig) -> Generator:
     from metamod.llm.budget import BudgetedGenerator
 
     generator = _build_backend(config)
-    return BudgetedGenerator(generator, context_length=config.max_model_len, token_estimate=config.token_estimate)
+    return BudgetedGenerator(
+        generator,
+        context_length=config.max_model_len,
+        token_estimate=config.token_estimate,
+        generation_cap=config.generation_cap,
+        prompt_log=config.prompt_log,
+    )
 
 
 def _build_backend(config: BackendConfig) -> Generator:

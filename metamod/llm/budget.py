@@ -43,6 +43,7 @@ the real model's (the CPU shape run of a paper config keeps the paper's context 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
@@ -192,11 +193,23 @@ class BudgetedGenerator:
         context_length: the context to keep prompts in (``None``: the backend's ``context_length``; when both are
             ``None`` nothing is checked).
         token_estimate: count with :func:`estimate_tokens` instead of the backend's tokenizer.
+        generation_cap: generate at most this many tokens (the budget still reserves the call's ``max_tokens``).
+        prompt_log: a JSONL file every conversation sent is appended to (``None``: none).
     """
 
-    def __init__(self, generator: Any, *, context_length: int | None = None, token_estimate: bool = False) -> None:
+    def __init__(
+        self,
+        generator: Any,
+        *,
+        context_length: int | None = None,
+        token_estimate: bool = False,
+        generation_cap: int | None = None,
+        prompt_log: str | None = None,
+    ) -> None:
         self.generator = generator
         self._context = context_length
+        self.generation_cap = generation_cap
+        self.prompt_log = prompt_log
         self.token_estimate = token_estimate or not hasattr(generator, "count_tokens")
         self.events: list[BudgetEvent] = []
         self.totals = {"cut": 0, "too_long": 0}
@@ -273,7 +286,12 @@ class BudgetedGenerator:
                         self.name, event.tokens, event.budget, event.guidance_items, event.turns,
                     )  # fmt: skip
         sendable = [c for c in fitted if c is not None]
-        outputs = self.generator.chat(sendable, sampling) if sendable else []
+        if self.prompt_log and sendable:
+            self._log(sendable, sampling)
+        sent = sampling
+        if self.generation_cap is not None and sampling.max_tokens > self.generation_cap:
+            sent = dataclasses.replace(sampling, max_tokens=self.generation_cap)
+        outputs = self.generator.chat(sendable, sent) if sendable else []
         n = sampling.n
         if len(outputs) != len(sendable) * n:
             raise RuntimeError(f"{self.name}: backend returned {len(outputs)} generations for {len(sendable)} x {n}")
@@ -286,6 +304,25 @@ class BudgetedGenerator:
                 result += outputs[position : position + n]
                 position += n
         return result
+
+    def _log(self, conversations: list[Conversation], sampling: SamplingConfig) -> None:
+        """Append the conversations about to be sent to :attr:`prompt_log` (one JSON line each)."""
+        from metamod.files import append_jsonl
+
+        append_jsonl(
+            self.prompt_log,
+            [
+                {
+                    "model": self.name,
+                    "context": self.context_length,
+                    "max_tokens": sampling.max_tokens,
+                    "tokens": self.count_tokens(c) if self.context_length else None,
+                    "messages": [{"role": m.get("role"), "content": str(m.get("content") or "")} for m in c],
+                }
+                for c in conversations
+            ],
+            fsync=False,
+        )
 
     def take_events(self) -> list[BudgetEvent]:
         """The events since the last call (then cleared)."""

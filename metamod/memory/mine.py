@@ -404,8 +404,14 @@ def write_corpus(output_dir: Path, rows: list[dict[str, Any]], config: MineConfi
     )
     with JsonlWriter(output_dir / BEHAVIOURS_FILE, resume=False) as writer:
         writer.write_many(behaviours)
+    seconds = write_embeddings(output_dir, behaviours, build_embedder(config.embedder, **config.embedder_options))
+    return {"behaviours": behaviours, "raw": raw, "embedding_seconds": seconds}
+
+
+def write_embeddings(output_dir: Path, behaviours: list[dict[str, Any]], embedder: Any) -> float:
+    """``embeddings.npz`` (E(description), E(question), row-aligned) and ``embeddings.json`` for ``behaviours``
+    beside their ``behaviours.jsonl``; returns the embedding seconds."""
     started = time.perf_counter()
-    embedder = build_embedder(config.embedder, **config.embedder_options)
     descriptions = embedder.embed([b["description"] for b in behaviours])
     queries = embedder.embed([b["question"] for b in behaviours])
     if not behaviours:  # an empty corpus still gets well-formed (0, D0) arrays
@@ -419,7 +425,7 @@ def write_corpus(output_dir: Path, rows: list[dict[str, Any]], config: MineConfi
         output_dir / EMBEDDINGS_META,
         {"embedder": embedder.spec(), "rows": len(behaviours), "dim": int(descriptions.shape[1])},
     )
-    return {"behaviours": behaviours, "raw": raw, "embedding_seconds": seconds}
+    return seconds
 
 
 def summarise(rows: list[dict[str, Any]], corpus: dict[str, Any], run_seconds: float, new: int) -> dict[str, Any]:
