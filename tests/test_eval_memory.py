@@ -288,3 +288,38 @@ def test_memories_not_defined_to_use_gold_never_receive_it_and_users_are_marked(
     answered = sum(r["methods"]["bot"]["final_answer"] is not None for r in _rows(out))
     assert bot["state"]["counters"]["learned_from"] == answered and answered > 10
     assert '"correct": true' not in json.dumps(bot).lower()
+
+
+class GoldSpy(BehaviourBank):
+    """A shared memory that records what it observes; ``gold_use`` says whether it is defined to read gold."""
+
+    seen: list = []  # noqa: RUF012 (the test reads what the harness passed)
+    declares: str | None = None
+
+    @classmethod
+    def gold_use(cls, options):
+        return cls.declares
+
+    def observe(self, observation):
+        GoldSpy.seen.append(observation)
+        super().observe(observation)
+
+
+@pytest.mark.parametrize("declares", [None, "reads correctness (test)"])
+def test_the_harness_withholds_gold_from_a_memory_not_defined_to_use_it(tmp_path, declares):
+    from metamod.tasks.base import GoldWithheldError
+
+    GoldSpy.seen, GoldSpy.declares = [], declares
+    config = MemoryConfig(memory=f"{__name__}:GoldSpy", memory_batch_size=2)
+    doc = evaluate(_config(tmp_path, "spy", ["majority_vote"], limit=4, max_rounds=2), config)
+    assert len(GoldSpy.seen) == 4
+    for observation in GoldSpy.seen:
+        if declares is None:
+            assert observation.outcome["correct"] is None
+            assert all("eta" not in rnd for rnd in observation.trace["rounds"]) and "gold" not in observation.trace
+            with pytest.raises(GoldWithheldError):
+                _ = observation.example.gold
+        else:
+            assert isinstance(observation.outcome["correct"], bool)
+            assert observation.example.gold and all("eta" in rnd for rnd in observation.trace["rounds"])
+    assert (doc["gold_use"]["majority_vote"] is None) == (declares is None)
