@@ -19,7 +19,8 @@ checks, every method, memory and option as written) with only these changes, all
   serves at least once per task); training runs ``max_steps`` steps without vLLM;
 - **inputs made by other paper configs** are made by their shape runs first, in ``<output_dir>/deps/``: a train
   config's dataset (the paper rollout config, then ``build-dataset`` with the train config's row options), the
-  cheatsheet eval's corpus and the fit's behaviours (``mine_paper`` then ``fit_cheatsheet_paper``).
+  cheatsheet eval's corpus and the fit's behaviours (``fit_cheatsheet_paper`` on ``behaviours_fixture``, a made-up
+  corpus in the mined schema, since the tiny model mines nothing parseable; or ``mine_paper`` first).
 
 >>> shape_kind("configs/eval/mc2_paper.yaml"), shape_kind("configs/memory/fit_cheatsheet_paper.yaml")
 ('eval', 'fit')
@@ -90,10 +91,11 @@ class ShapeRunConfig:
         },
     )
     behaviours_fixture: str | None = field(
-        default=None,
+        default="tests/fixtures/behaviours/behaviours.jsonl",
         metadata={
             "help": "A behaviours.jsonl (the mined schema) the fit dependency reads instead of the mining shape run's "
-            "output (the tiny model mines nothing parseable): embedded with hashing, then fitted as configured."
+            "output (the tiny model mines nothing parseable): embedded with hashing, then fitted as configured. "
+            "null: mine with dependency_model instead."
         },
     )
     dependency_generation_cap: int = field(
