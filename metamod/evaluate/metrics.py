@@ -175,6 +175,21 @@ def pair_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def seed_interval(values: Sequence[float]) -> float:
+    """Half-width of the 95% Student-t interval of the mean of per-seed values (0.0 for fewer than 2).
+
+    >>> round(seed_interval([0.80, 0.84, 0.82]), 4)
+    0.0497
+    """
+    if len(values) < 2:
+        return 0.0
+    from scipy.stats import t
+
+    mu = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mu) ** 2 for v in values) / (len(values) - 1))
+    return float(t.ppf(0.975, len(values) - 1) * sd / math.sqrt(len(values)))
+
+
 def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | None = None) -> dict[str, Any]:
     """Aggregate one method's records on one task.
 
@@ -217,6 +232,9 @@ def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | 
         totals.append(sum(int((r.get("tokens") or {}).get(key, 0)) for key in TOKEN_KEYS))
     out["tokens_per_question"] = mean(totals) if totals else 0.0
     out["tokens_per_question_stderr"] = _stderr(totals)
+    # generated tokens only (MC²'s #Tokens counts decoding tokens): every *_completion key
+    completion = [sum(int(v) for k, v in (r.get("tokens") or {}).items() if k.endswith("_completion")) for r in records]
+    out["completion_tokens_per_question"] = mean(completion) if completion else 0.0
     # the prompt budget (metamod.llm.budget): questions with a prompt cut to fit, and with one that could not fit
     # (graded wrong); always reported, so a paper run shows 0 when nothing was cut
     out["prompt_cut_questions"] = sum(1 for r in records if r.get("prompt_cuts"))
@@ -236,6 +254,8 @@ def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | 
             per_seed.append(sum(chosen) / len(chosen))
         out["accuracy_seed_mean"] = mean(per_seed)
         out["accuracy_seed_std"] = pstdev(per_seed)
+        # MC² reports the mean and a 95% interval over its runs: Student's t over the seeds' accuracies
+        out["accuracy_seed_ci95"] = seed_interval(per_seed)
         out["accuracy_per_seed"] = per_seed
     return out
 

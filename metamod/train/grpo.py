@@ -72,7 +72,7 @@ class ModeratorGRPOConfig(GRPOConfig):
         default=0.1,
         metadata={
             "help": "build-dataset option (validation_fraction) used when build_dataset_config builds dataset_path; "
-            "for an existing dataset a different recorded value is logged as a warning. The paper: 0."
+            "an existing dataset built with another value is refused (with the rebuild command). The paper: 0."
         },
     )
     dataset_single_template: bool = field(
