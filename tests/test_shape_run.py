@@ -44,6 +44,14 @@ def shape_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("shape")
 
 
+@pytest.fixture(scope="module")
+def shape_model(shape_root) -> str:
+    """The tiny model every role of every shape run uses (positions past every paper context), built once."""
+    from metamod.llm.tiny import ensure_tiny_model
+
+    return str(ensure_tiny_model(shape_root / "tiny-model", max_position_embeddings=131072))
+
+
 def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
@@ -88,13 +96,14 @@ def _task_options(kind: str, shaped: dict) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("paper_config", PAPER_CONFIGS)
-def test_paper_config_shape_run(paper_config, shape_root):
+def test_paper_config_shape_run(paper_config, shape_root, shape_model):
     out = shape_root / Path(paper_config).stem
     report = shape_run(
         ShapeRunConfig(
             paper_config=str(ROOT / paper_config),
             fixtures=str(ROOT / "tests" / "fixtures" / "datasets"),
             output_dir=str(out),
+            model=shape_model,
             questions=3,
             deps_dir=str(shape_root / "deps"),
             behaviours_fixture=BEHAVIOURS,
