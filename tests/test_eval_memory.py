@@ -323,3 +323,17 @@ def test_the_harness_withholds_gold_from_a_memory_not_defined_to_use_it(tmp_path
             assert isinstance(observation.outcome["correct"], bool)
             assert observation.example.gold and all("eta" in rnd for rnd in observation.trace["rounds"])
     assert (doc["gold_use"]["majority_vote"] is None) == (declares is None)
+
+
+def test_memory_writer_prompts_over_the_context_are_answered_empty_and_counted(tiny_model_dir, tmp_path):
+    """A memory LLM whose prompts cannot fit its context: the run completes and summary.json counts them."""
+    cfg = MemoryConfig(
+        memory_backend="hf",
+        memory_model=str(tiny_model_dir),
+        memory_backend_options={"device": "cpu", "max_model_len": 96},
+        memory_max_tokens=8,
+        memory_options={"compose": False},
+    )
+    doc = evaluate(_config(tmp_path, "small", ["reasoner_only", "reasoner_updates"]), cfg)
+    summary = doc["memories"]["memory-seed0-reasoner_updates/arith"]
+    assert summary["prompts_too_long"] >= 1 and summary["batches"] == 2

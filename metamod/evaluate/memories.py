@@ -344,7 +344,8 @@ class SeedMemories:
             if self.fingerprint[id(memory)] is not None:
                 memory.extra["fingerprint"] = self.fingerprint[id(memory)]
             folder = memory.save(self.folders[id(memory)])
-            write_summary(memory, folder)
+            counter = self._counters[self._memories.index(memory)]
+            write_summary(memory, folder, prompts_too_long=counter.too_long if counter is not None else 0)
 
 
 class TokenCounter:
@@ -353,12 +354,16 @@ class TokenCounter:
     def __init__(self, generator: Any) -> None:
         self.generator = generator
         self.prompt = self.completion = 0
+        self.too_long = 0  # prompts the budget could not fit (answered empty), since this process started
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.generator, name)
 
     def chat(self, conversations: Any, sampling: Any) -> Any:
+        from metamod.llm.budget import TOO_LONG
+
         outputs = self.generator.chat(conversations, sampling)
+        self.too_long += sum(g.finish_reason == TOO_LONG for g in outputs)
         self.prompt += sum(int(g.prompt_tokens) for g in outputs)
         self.completion += sum(int(g.completion_tokens) for g in outputs)
         return outputs
@@ -383,12 +388,14 @@ SUMMARY = "summary.json"
 GUIDANCE_LOG = "guidance.jsonl"
 
 
-def write_summary(memory: Any, folder: Path) -> dict[str, Any]:
+def write_summary(memory: Any, folder: Path, *, prompts_too_long: int = 0) -> dict[str, Any]:
     """Write ``summary.json`` (the memory's counters; for the MCA also appendix E's guidance relevance per batch)
     and, for memories that log their guidance, ``guidance.jsonl`` (the composed guidance, question text removed)."""
     from metamod.files import atomic_write_json, atomic_write_text
 
     summary: dict[str, Any] = {"memory": memory.name, "batches": memory.batch_index}
+    if prompts_too_long:  # the memory LLM's prompts that did not fit its context (metamod.llm.budget): empty replies
+        summary["prompts_too_long"] = prompts_too_long
     stats = getattr(memory, "stats", None)
     if stats is not None:
         summary["stats"] = stats()
