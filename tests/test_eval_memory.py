@@ -337,3 +337,16 @@ def test_memory_writer_prompts_over_the_context_are_answered_empty_and_counted(t
     doc = evaluate(_config(tmp_path, "small", ["reasoner_only", "reasoner_updates"]), cfg)
     summary = doc["memories"]["memory-seed0-reasoner_updates/arith"]
     assert summary["prompts_too_long"] >= 1 and summary["batches"] == 2
+
+
+def test_a_run_scoped_memory_refuses_a_changed_task_list_a_task_scoped_one_adds_it(tmp_path):
+    from metamod.config import SettingsMismatchError
+
+    one = {"tasks": ["arith@easy"], "task_options": {"arith@easy": TWO_TASKS["task_options"]["arith@easy"]}}
+    evaluate(_config(tmp_path, "t", ["mro", "mc2"], limit=4, **one), MemoryConfig(memory_options=RULE))
+    doc = evaluate(_config(tmp_path, "t", ["mro", "mc2"], limit=4, **TWO_TASKS), MemoryConfig(memory_options=RULE))
+    assert set(doc["results"]) == set(TWO_TASKS["tasks"]), "memory_scope task: an added task is computed"
+    run = MemoryConfig(memory_options=RULE, memory_scope="run")
+    evaluate(_config(tmp_path, "r", ["mro", "mc2"], limit=4, **one), run)
+    with pytest.raises(SettingsMismatchError, match="tasks"):
+        evaluate(_config(tmp_path, "r", ["mro", "mc2"], limit=4, **TWO_TASKS), run)

@@ -149,6 +149,9 @@ def eval_settings(config: EvalConfig, memory_config: Any = None) -> dict[str, An
         # so methods and questions may be added; the memory settings enter those methods' fingerprints instead
         memory_keys = {f.name for f in dataclasses.fields(memory_config)} if memory_config is not None else set()
         free = (set(_SCOPE_KEYS) - {"question_order_seed"}) | set(_METHOD_KEYS) | memory_keys
+        if getattr(memory_config, "memory_scope", "task") == "run":
+            # one memory carried through the tasks: what a later task's questions see depends on every earlier one
+            free -= {"tasks", "task_options", "limit"}
     else:
         memory_keys = {f.name for f in dataclasses.fields(memory_config)} if memory_config is not None else set()
         free = set(_SCOPE_KEYS) | set(_METHOD_KEYS) | memory_keys
