@@ -52,6 +52,8 @@ GRPO_KEYS: list[tuple[str, str]] = [
     ("num_train_epochs", "epochs"),
     ("global_step", "steps trained"),
     ("warm_start", "SFT warm start"),
+    ("warm_start_targets", "warm-start targets"),
+    ("gold_use", "gold answers learned (beyond the eta labels)"),
     ("use_vllm", "vLLM generation"),
     ("seed", "seed"),
 ]
@@ -405,6 +407,10 @@ def build_model_card(
     grpo_source = dict(train_config)
     if "global_step" in train_summary:
         grpo_source["global_step"] = train_summary["global_step"]
+    if "gold_use" in train_summary:  # what the adapter learned from gold answers (metamod.train.sft.warm_start_gold_use)
+        grpo_source["gold_use"] = train_summary["gold_use"] or "none"
+    if not train_summary.get("warm_start", grpo_source.get("warm_start")):
+        grpo_source.pop("warm_start_targets", None)
     if results:
         label = " (simulated debaters)" if results_are_simulated else ""
         results_section = f"Accuracy and related metrics{label}, `results[task][method]`:\n\n" + results_table(
