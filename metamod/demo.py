@@ -52,14 +52,15 @@ WORLDS: dict[str, World] = {
         rollout_config="configs/rollout/smol_arith.yaml",
         train_config="configs/train/smol_moderator.yaml",
         eval_config="configs/eval/smol_debate.yaml",
-        train_questions=24,
+        train_questions=32,
         eval_questions=32,
         output_dir="checkpoints/demo",
-        # ~10-14 s per SFT step (4 rows) and ~25-35 s per GRPO step (8 completions) on 2 cores: the demo's share of
-        # the 15 minutes with both ablations evaluated; configs/train/smol_moderator.yaml (24 + 12) is what
-        # benchmarks/README.md measures (there GRPO after the warm start changed no decision)
-        warm_start_steps=12,
-        grpo_steps=2,
+        # measured 2026-12-03 on 2 slow cores: ~3 s per SFT step (4 rows), ~60 s per GRPO step (8 completions of
+        # SmolLM2 + a backward pass). 16 SFT steps on 32 debates make the moderator that stops; one GRPO step shows
+        # the stage (configs/train/smol_moderator.yaml: 24 + 12, measured in benchmarks/README.md, where GRPO after
+        # the warm start changed no decision). 12 SFT steps on 24 debates gave a moderator that never stopped.
+        warm_start_steps=16,
+        grpo_steps=1,
         # the rows the demo has time for, both ablations included (stopping vs adjudication); the benchmark run
         # evaluates every method (benchmarks/README.md)
         methods=(
