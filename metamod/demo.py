@@ -52,22 +52,21 @@ WORLDS: dict[str, World] = {
         rollout_config="configs/rollout/smol_arith.yaml",
         train_config="configs/train/smol_moderator.yaml",
         eval_config="configs/eval/smol_debate.yaml",
-        train_questions=32,
+        train_questions=28,
         eval_questions=32,
         output_dir="checkpoints/demo",
         # measured 2026-12-03 on 2 slow cores: ~3 s per SFT step (4 rows), ~60 s per GRPO step (8 completions of
-        # SmolLM2 + a backward pass). 16 SFT steps on 32 debates make the moderator that stops; one GRPO step shows
+        # SmolLM2 + a backward pass). 16 SFT steps on 28 debates make the moderator that stops; one GRPO step shows
         # the stage (configs/train/smol_moderator.yaml: 24 + 12, measured in benchmarks/README.md, where GRPO after
         # the warm start changed no decision). 12 SFT steps on 24 debates gave a moderator that never stopped.
         warm_start_steps=16,
         grpo_steps=1,
         # the rows the demo has time for, both ablations included (stopping vs adjudication); the benchmark run
-        # evaluates every method (benchmarks/README.md)
+        # evaluates every method, the LLM judge too (benchmarks/README.md)
         methods=(
             "single_cot",
             "majority_vote",
             "consensus",
-            "judge",
             "moderator_prompted",
             "moderator",
             "adjudication_only",
