@@ -30,6 +30,7 @@ from metamod.sandbox import (
     run_function,
     run_many,
     run_python,
+    runner,
 )
 
 CAPS = capabilities()
@@ -66,6 +67,19 @@ def work_parent(tmp_path_factory):
         time.sleep(0.05)
     assert _leftovers(str(folder)) == [], "processes of the sandbox survived the run"
     assert os.listdir(folder) == [], "a work dir was not removed"
+
+
+@pytest.fixture
+def open_path():
+    """A world-writable folder outside pytest's private (0700) temp tree, so that the sandbox uid could reach and
+    change its files if the Landlock / audit-hook guards did not refuse (the file permissions do not)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="metamod-test-open-"))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -197,27 +211,29 @@ def test_deep_recursion_is_contained(run):
 
 
 @pytest.mark.parametrize("landlock", FILE_GUARDS)
-def test_writing_outside_the_work_dir_is_refused(run, tmp_path, landlock):
-    target = tmp_path / "host_file.txt"
+def test_writing_outside_the_work_dir_is_refused(run, open_path, landlock):
+    target = open_path / "host_file.txt"
     target.write_text("original")
+    target.chmod(0o666)
     for code in (
         f"open({str(target)!r}, 'w').write('pwned')",
         f"open({str(target)!r}, 'a').write('pwned')",
         f"import os\nfd = os.open({str(target)!r}, os.O_WRONLY | os.O_TRUNC)",
-        f"open({str(tmp_path / 'new_file')!r}, 'x')",
+        f"open({str(open_path / 'new_file')!r}, 'x')",
         f"import os\nos.symlink({str(target)!r}, 'link')\nopen('link', 'w').write('pwned')",
     ):
         r = run(code, landlock=landlock)
         assert not r.ok and "PermissionError" in r.error, (code, r.stderr)
     assert target.read_text() == "original"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["host_file.txt"]
+    assert sorted(p.name for p in open_path.iterdir()) == ["host_file.txt"]
 
 
 @pytest.mark.parametrize("landlock", FILE_GUARDS)
-def test_a_folder_fd_does_not_open_a_way_around_the_checks(run, tmp_path, landlock):
-    target = tmp_path / "host_file.txt"
+def test_a_folder_fd_does_not_open_a_way_around_the_checks(run, open_path, landlock):
+    target = open_path / "host_file.txt"
     target.write_text("original")
-    code = f"import os\nfd = os.open({str(tmp_path)!r}, os.O_RDONLY)\n"
+    target.chmod(0o666)
+    code = f"import os\nfd = os.open({str(open_path)!r}, os.O_RDONLY)\n"
     code += "os.write(os.open('host_file.txt', os.O_WRONLY | os.O_TRUNC, dir_fd=fd), b'pwned')"
     r = run(code, landlock=landlock, hide_host_files=False)
     assert not r.ok and "PermissionError" in r.error, r.stderr
@@ -225,13 +241,14 @@ def test_a_folder_fd_does_not_open_a_way_around_the_checks(run, tmp_path, landlo
 
 
 @pytest.mark.parametrize("landlock", FILE_GUARDS)
-def test_deleting_or_moving_files_outside_the_work_dir_is_refused(run, tmp_path, landlock):
-    target = tmp_path / "keep.txt"
+def test_deleting_or_moving_files_outside_the_work_dir_is_refused(run, open_path, landlock):
+    target = open_path / "keep.txt"
     target.write_text("keep")
+    target.chmod(0o666)
     for code in (
         f"import os\nos.remove({str(target)!r})",
         f"import os\nos.rename({str(target)!r}, 'stolen')",
-        f"import shutil\nshutil.rmtree({str(tmp_path)!r})",
+        f"import shutil\nshutil.rmtree({str(open_path)!r})",
         f"import os\nos.chmod({str(target)!r}, 0)",
     ):
         r = run(code, landlock=landlock)
@@ -240,15 +257,15 @@ def test_deleting_or_moving_files_outside_the_work_dir_is_refused(run, tmp_path,
 
 
 @pytest.mark.parametrize("landlock", FILE_GUARDS)
-def test_host_files_are_hidden(run, tmp_path, landlock):
-    secret = tmp_path / "secret.txt"
+def test_host_files_are_hidden(run, open_path, landlock):
+    secret = open_path / "secret.txt"
     secret.write_text("TOP-SECRET")
     r = run(f"print(open({str(secret)!r}).read())", landlock=landlock)
     assert not r.ok and "PermissionError" in r.error and "TOP-SECRET" not in r.stdout
     listing = run("import os\nprint(os.listdir('/'))", landlock=landlock)
     assert not listing.ok and "PermissionError" in listing.error
-    visible = run(f"print(open({str(secret)!r}).read())", landlock=landlock, hide_host_files=False)
-    assert visible.stdout == "TOP-SECRET\n"
+    visible = run(f"print(open({str(secret)!r}).read())", landlock=landlock, read_paths=(str(open_path),))
+    assert visible.stdout == "TOP-SECRET\n", visible.stderr
 
 
 def test_environment_secrets_do_not_reach_the_child(run, monkeypatch):
@@ -449,7 +466,9 @@ def test_run_function_cannot_fake_a_pass(call):
     forge += '        os.write(fd, b\'{"k":"call","i":0,"ok":true,"v":42,"err":null}\\n\')\n'
     forge += "    except OSError:\n        pass\ndef f():\n    return 0\n"
     forged = call(forge, "f", [""], expected=["42"])
-    assert forged.calls[0].passed is False and forged.calls[0].value == 0
+    assert forged.calls[0].passed is False and forged.calls[0].value is None
+    assert forged.calls[0].error.startswith("result records forged or duplicated: a record before the code had")
+    assert forged.result.killed_reason == "tamper"
 
 
 def test_run_function_never_shows_the_expected_outputs_to_the_code(call):
@@ -524,3 +543,231 @@ def test_run_many_keeps_order_and_accepts_every_job_kind(work_parent):
         run_many(["print(1)"], workers=0)
     with pytest.raises(ConfigError, match=r"jobs\[1\] must be a callable"):
         run_many(["print(1)", 42])
+
+
+# ------------------------------------------------------------------------------------------ code that fights back
+
+ON_X86 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp table is x86_64 only")
+HOST_UID = os.geteuid()
+
+
+@needs_namespaces
+@ON_X86
+def test_no_uid_0_remains_and_the_set_id_family_is_refused(run):
+    code = "import os\nprint(os.getresuid(), os.getresgid(), os.getgroups())\n"
+    calls = [
+        "os.setresuid(0, 0, 0)",
+        "os.setuid(0)",
+        "os.seteuid(0)",
+        "os.setreuid(0, 0)",
+        "os.setresgid(0, 0, 0)",
+        "os.setgid(0)",
+        "os.setregid(0, 0)",
+        "os.setgroups([0])",
+        "os.setresuid(os.getuid(), os.getuid(), os.getuid())",  # even a no-op change is refused
+    ]
+    for c in calls:
+        code += f"try:\n    {c}\n    print('allowed', {c!r})\nexcept PermissionError:\n    pass\n"
+    code += "print(os.getresuid())"
+    r = run(code)
+    assert r.ok, r.stderr
+    lines = r.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("allowed")], lines
+    uid = 65534 if HOST_UID == 0 else HOST_UID
+    assert lines[0] == f"({uid}, {uid}, {uid}) ({uid}, {uid}, {uid}) []" if HOST_UID == 0 else str(uid) in lines[0]
+    assert lines[-1] == f"({uid}, {uid}, {uid})"
+    assert "set*uid" in r.isolation["syscalls"]
+    if HOST_UID == 0:
+        assert r.isolation["user"] == "uid 65534 (real, effective and saved) in a user namespace"
+
+
+@needs_namespaces
+def test_the_process_limit_holds_whatever_the_code_calls_first(run):
+    # S1: setresuid(0, 0, 0) made the real uid root again, which RLIMIT_NPROC exempts (40 forks instead of 15)
+    fork_loop = "n = 0\ntry:\n    while n < 40:\n        if os.fork() == 0:\n            time.sleep(60)\n"
+    fork_loop += "            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)"
+    for first in ("pass", "os.setresuid(0, 0, 0)", "os.setuid(0)", "os.setreuid(0, -1)"):
+        code = f"import os, time\ntry:\n    {first}\nexcept OSError:\n    pass\n" + fork_loop
+        r = run(code, max_processes=8)
+        assert r.ok, r.stderr
+        assert 1 <= int(r.stdout) <= 8, (first, r.stdout)
+    threads = "import os, threading, time\ntry:\n    os.setresuid(0, 0, 0)\nexcept OSError:\n    pass\n"
+    threads += "for _ in range(40):\n    threading.Thread(target=time.sleep, args=(2,)).start()"
+    assert "can't start new thread" in (run(threads, max_processes=8).error or "")
+
+
+@needs_namespaces
+def test_the_work_dir_has_a_total_disk_quota(run):
+    # S2: 200 files of 15 MB (3 GB) were written where only one 100 MB file was stopped
+    many = "for i in range(200):\n    open(f'f{i}', 'wb').write(b'x' * (3 << 20))"
+    r = run(many, max_disk_mb=16, max_file_mb=4, timeout_s=20)
+    assert (r.ok, r.killed_reason) == (False, "disk") and "No space left on device" in r.error, r.stderr
+    assert r.isolation["disk"] == "tmpfs work dir of 16 MB (the only writable place)"
+    small = "for i in range(100_000):\n    open(f's{i}', 'wb').write(b'x')"
+    s = run(small, max_disk_mb=4, timeout_s=20)  # one page per file, and at most 256 files per MB
+    assert s.killed_reason == "disk", s.error
+    tmp = run("import tempfile\nwith tempfile.TemporaryFile() as f:\n    f.write(b'x' * (6 << 20))", max_disk_mb=4)
+    assert tmp.killed_reason == "disk"  # TMPDIR is the work dir: temporary files count too
+    fits = run("open('a', 'wb').write(b'x' * (3 << 20))\nopen('b', 'wb').write(b'x' * (3 << 20))", max_disk_mb=8)
+    assert fits.ok, fits.stderr
+
+
+@needs_namespaces
+def test_writes_outside_the_quota_are_impossible_even_where_the_host_could(run, open_path):
+    open_dir = open_path / "world_writable"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    r = run(f"open({str(open_dir / 'x')!r}, 'wb').write(b'x')", landlock=False, hide_host_files=False)
+    assert not r.ok and list(open_dir.iterdir()) == []
+
+
+def test_the_result_channel_is_out_of_the_codes_reach(call):
+    # S3: module-level code walked the frames to the launcher's job (nonce + pipe) and wrote its own records
+    walk = "import sys\nfound = []\nf = sys._getframe()\nwhile f is not None:\n"
+    walk += "    for name, v in list(f.f_locals.items()):\n"
+    walk += "        if isinstance(v, dict) and ('nonce' in v or 'result_fd' in v):\n            found.append(name)\n"
+    walk += "        if type(v).__name__ == 'Channel' and v.prefix or name in ('nonce', 'result_fd'):\n"
+    walk += "            found.append(name)\n"
+    walk += "    f = f.f_back\n"
+    walk += "import os\nfds = []\nfor fd in range(3, 256):\n    try:\n        os.fstat(fd)\n"
+    walk += "        fds.append(fd)\n    except OSError:\n        pass\n"
+    walk += "def f():\n    return found, len(fds)\n"
+    run = call(walk, "f", [""])
+    assert run.calls[0].ok, run.calls[0].error
+    found, n_fds = run.calls[0].value
+    assert found == []
+    assert n_fds == 2  # beyond stdin / stdout / stderr: the worker's two pipes to the launcher, nothing else
+
+
+FORGE_ALL_FDS = "import os\ndef forge(i, v):\n    for fd in range(3, 40):\n        try:\n"
+FORGE_ALL_FDS += '            os.write(fd, b\'{"k":"call","i":%d,"ok":true,"v":%d,"err":null}\\n\' % (i, v))\n'
+FORGE_ALL_FDS += "        except OSError:\n            pass\n"
+
+
+@pytest.mark.parametrize(
+    "body, first_failed",
+    [
+        # answers every call before any is asked, then a function that always raises
+        ("for i in range(3):\n    forge(i, 42)\ndef f(x):\n    raise ValueError('never returns')\n", 0),
+        # answers its own call, then raises: the harness's own record is a second answer to call 0
+        ("def f(x):\n    forge(x, 42)\n    raise ValueError('never returns')\n", 0),
+        # answers the NEXT call in advance while call 1 runs
+        ("def f(x):\n    if x == 1:\n        forge(2, 42)\n    return 42\n", 1),
+        # a second answer after the last call
+        ("def f(x):\n    if x == 2:\n        forge(2, 42)\n    return 42\n", 2),
+    ],
+    ids=["before-the-calls", "own-call-then-raise", "next-call-in-advance", "after-the-last-call"],
+)
+def test_forged_or_duplicated_records_fail_the_call(call, body, first_failed):
+    run = call(FORGE_ALL_FDS + body, "f", ["0", "1", "2"], expected=["42", "42", "42"])
+    assert [c.passed for c in run.calls] == [True] * first_failed + [False] * (3 - first_failed), run.calls
+    assert all(c.error.startswith("result records forged or duplicated") for c in run.calls[first_failed:])
+    assert run.result.killed_reason == "tamper" and not run.result.ok
+
+
+def test_a_program_that_answers_its_own_call_and_dies_gets_only_that_answer(call):
+    # the one thing the code can still do with the launcher's pipe is what a function can: answer the call asked
+    code = FORGE_ALL_FDS + "def f(x):\n    forge(x, 42)\n    os._exit(0)\n"
+    run = call(code, "f", ["0", "1"], expected=["42", "42"])
+    assert [c.passed for c in run.calls] == [True, False]
+    assert run.calls[1].error.startswith("process ended before this call")
+
+
+def test_values_are_encoded_by_their_real_type(call):
+    # S4: a list subclass whose __iter__ lies was graded on what it yielded but reported by its repr
+    code = "class L(list):\n    def __iter__(self):\n        return iter([42])\n"
+    code += "    def __repr__(self):\n        return '[42]'\n"
+    code += "class D(dict):\n    def items(self):\n        return [(1, 42)]\n    def __iter__(self):\n        return iter([1])\n"
+    code += "class T(tuple):\n    def __iter__(self):\n        return iter((42,))\n"
+    code += "class S(str):\n    def __str__(self):\n        return '42'\n"
+    code += "class I(int):\n    def __repr__(self):\n        return '42'\n"
+    code += (
+        "class Fake:\n    __class__ = property(lambda self: list)\n    def __iter__(self):\n        return iter([42])\n"
+    )
+    code += "def f(k):\n    return {'L': L([1, 2]), 'D': D({1: 2}), 'T': T((1, 2)), 'S': S('a'), 'I': I(7),"
+    code += " 'Fake': Fake()}[k]\n"
+    run = call(code, "f", ["'L'", "'D'", "'T'", "'S'", "'I'", "'Fake'"], expected=["[42]", "{1: 42}", "(42,)"] * 2)
+    values = [c.value for c in run.calls]
+    assert values[:5] == [[1, 2], {1: 2}, (1, 2), "a", 7]
+    assert [c.value_repr for c in run.calls[:5]] == ["[1, 2]", "{1: 2}", "(1, 2)", "'a'", "7"]
+    assert not any(c.passed for c in run.calls)
+    assert run.calls[5].error.startswith("return value not comparable: a Fake is not a literal value")
+
+
+def test_work_dirs_of_a_host_killed_with_sigkill_are_removed_by_the_next_one(work_parent):
+    # S5: a host killed with kill -9 left its work dirs (with the model's code) in the temp dir
+    import subprocess
+    import sys
+
+    host = "from metamod.sandbox import run_python\n"
+    host += f"run_python('import time\\ntime.sleep(60)', timeout_s=120, work_parent={work_parent!r})\n"
+    proc = subprocess.Popen([sys.executable, "-c", host])
+    deadline = time.monotonic() + 30
+    while not os.listdir(work_parent) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.kill()
+    proc.wait()
+    left = os.listdir(work_parent)
+    assert len(left) == 1 and left[0].startswith(f"metamod-sandbox-{proc.pid}.")
+    alive = Path(work_parent, f"metamod-sandbox-{os.getpid()}.{runner._start_time(os.getpid())}-mine")
+    alive.mkdir()
+    reused = Path(work_parent, f"metamod-sandbox-{os.getpid()}.1-reused")  # this pid, another start time
+    reused.mkdir()
+    removed = runner.remove_stale_workdirs(work_parent)
+    assert sorted(removed) == sorted([os.path.join(work_parent, left[0]), str(reused)])
+    assert os.listdir(work_parent) == [alive.name]
+    alive.rmdir()
+
+
+# ------------------------------------------------------------------------------------------ machines without namespaces
+
+
+@pytest.fixture
+def no_namespaces(monkeypatch):
+    """Play a machine where unprivileged user namespaces are disabled (the preflight's cache emptied)."""
+    from metamod.sandbox import probe as probe_module
+
+    no_ns = Capabilities(namespaces=False, landlock_abi=CAPS.landlock_abi, detail="test: unshare refused")
+    monkeypatch.setattr(probe_module, "capabilities", lambda: no_ns)
+    monkeypatch.setattr(probe_module, "_PREFLIGHT", {})
+    monkeypatch.delenv("METAMOD_SANDBOX_ALLOW_FALLBACK", raising=False)
+    return monkeypatch
+
+
+def test_a_code_task_is_refused_at_the_start_without_namespaces_unless_the_fallback_is_allowed(
+    no_namespaces, tmp_path, caplog
+):
+    from metamod.cli import main as cli
+
+    out = tmp_path / "eval"
+    config = tmp_path / "code.yaml"
+    config.write_text(
+        "tasks: [synthetic_code@abduction]\n"
+        "task_options: {synthetic_code@abduction: {task_subtask: abduction, task_num_examples: 2}}\n"
+        "methods: [cot]\nseeds: [0]\ndebaters: simulated\n"
+    )
+    argv = ["eval", "--config", str(config), "--output_dir", str(out)]
+    assert cli(argv) == 2
+    assert not out.exists()  # refused before the folder, any model or any question
+    with pytest.raises(SandboxUnavailableError, match="METAMOD_SANDBOX_ALLOW_FALLBACK=1"):
+        from metamod.tasks.code_grading import preflight_code_tasks
+
+        preflight_code_tasks({"synthetic_code@abduction": "code_input", "arith": "math"})
+    no_namespaces.setenv("METAMOD_SANDBOX_ALLOW_FALLBACK", "1")
+    assert make_limits().allow_network_fallback  # the commands' sandboxes get the fallback from the variable
+    with caplog.at_level("WARNING"):
+        preflight_code_tasks({"synthetic_code@abduction": "code_input"})
+    assert "no process limit" in caplog.text
+    assert cli(argv) == 0 and (out / "results.json").is_file()
+
+
+def test_the_cli_message_names_the_task_and_the_way_out(no_namespaces, tmp_path, capsys):
+    from metamod.cli import main as cli
+
+    argv = ["rollout", "--task", "synthetic_code", "--task_subtask", "abduction", "--task_num_examples", "2"]
+    argv += ["--output_dir", str(tmp_path / "r")]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "task 'synthetic_code' runs model-written code" in err[0], err
+    assert "METAMOD_SANDBOX_ALLOW_FALLBACK=1" in err[0] and not (tmp_path / "r").exists()

@@ -34,6 +34,7 @@ from typing import Any
 from metamod.config import check_fingerprint, parse_config, save_resolved_config
 from metamod.memory import MemoryConfig
 from metamod.tasks.base import Example
+from metamod.tasks.code_grading import preflight_code_tasks
 from metamod.tasks.grading import is_equivalent
 
 from ..files import FolderLock, JsonlWriter, atomic_write_json, atomic_write_text, check_unlocked
@@ -416,6 +417,7 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
     start_over = config.overwrite or not config.resume
     examples, reused = load_inputs(config)
     check_method_kinds(config.methods, examples)
+    preflight_code_tasks({task: exs[0].kind if exs else None for task, exs in examples.items()})
     specs = resolve_models(config)
     if memory_config is not None:
         from metamod.memory.registry import check_memory_options

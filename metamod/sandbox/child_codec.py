@@ -32,44 +32,57 @@ def js(text):
 
 
 def encode(value, budget, depth=0):
-    """The tagged JSON of a literal value; ``budget`` is a one-item list holding the characters still allowed."""
+    """The tagged JSON of a literal value; ``budget`` is a one-item list holding the characters still allowed.
+
+    The value is read through its REAL type's C methods (``list.__iter__``, ``dict.items``, ``int.__repr__`` ...),
+    whatever a subclass overrides, so what is graded is what the object holds; the type is ``type(value)``, which
+    a ``__class__`` property cannot fake.
+
+    >>> class Liar(list):
+    ...     def __iter__(self):
+    ...         return iter([42])
+    >>> encode(Liar([1, 2]), [100])
+    '[1,2]'
+    """
     if depth > 100:
         raise Unencodable("nested deeper than 100")
+    kind = type(value)
     if value is None:
         out = "null"
     elif value is True or value is False:
         out = "true" if value else "false"
-    elif isinstance(value, int):
+    elif issubclass(kind, int):
         try:
             out = int.__repr__(value)
         except ValueError:
             raise Unencodable("integer too large") from None
-    elif isinstance(value, float):
+    elif issubclass(kind, float):
         out = float.__repr__(value)
         out = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}.get(out, out)
-    elif isinstance(value, str):
+    elif issubclass(kind, str):
         out = js(str.__str__(value))
-    elif isinstance(value, list):
-        out = "[" + ",".join([encode(v, budget, depth + 1) for v in value]) + "]"
-    elif isinstance(value, tuple):
-        out = '{"tuple":[' + ",".join([encode(v, budget, depth + 1) for v in value]) + "]}"
-    elif isinstance(value, (set, frozenset)):
-        tag = "set" if isinstance(value, set) else "frozenset"
-        out = '{"' + tag + '":[' + ",".join([encode(v, budget, depth + 1) for v in value]) + "]}"
-    elif isinstance(value, dict):
-        items = [
-            "[" + encode(k, budget, depth + 1) + "," + encode(v, budget, depth + 1) + "]" for k, v in value.items()
-        ]
+    elif issubclass(kind, list):
+        out = "[" + ",".join([encode(v, budget, depth + 1) for v in list.__iter__(value)]) + "]"
+    elif issubclass(kind, tuple):
+        out = '{"tuple":[' + ",".join([encode(v, budget, depth + 1) for v in tuple.__iter__(value)]) + "]}"
+    elif issubclass(kind, (set, frozenset)):
+        base = set if issubclass(kind, set) else frozenset
+        items = [encode(v, budget, depth + 1) for v in base.__iter__(value)]
+        out = '{"' + base.__name__ + '":[' + ",".join(items) + "]}"
+    elif issubclass(kind, dict):
+        pairs = dict.items(value)
+        items = ["[" + encode(k, budget, depth + 1) + "," + encode(v, budget, depth + 1) + "]" for k, v in pairs]
         out = '{"dict":[' + ",".join(items) + "]}"
-    elif isinstance(value, (bytes, bytearray)):
-        tag = "bytes" if isinstance(value, bytes) else "bytearray"
-        out = '{"' + tag + '":"' + value.hex() + '"}'
-    elif isinstance(value, complex):
-        out = '{"complex":[' + encode(value.real, budget) + "," + encode(value.imag, budget) + "]}"
+    elif issubclass(kind, (bytes, bytearray)):
+        base = bytes if issubclass(kind, bytes) else bytearray
+        out = '{"' + base.__name__ + '":"' + base.hex(value) + '"}'
+    elif issubclass(kind, complex):
+        real, imag = complex.real.__get__(value), complex.imag.__get__(value)
+        out = '{"complex":[' + encode(real, budget) + "," + encode(imag, budget) + "]}"
     elif value is Ellipsis:
         out = '{"ellipsis":0}'
     else:
-        raise Unencodable(f"a {type(value).__name__} is not a literal value")
+        raise Unencodable(f"a {kind.__name__} is not a literal value")
     budget[0] -= len(out)
     if budget[0] < 0:
         raise Unencodable("value too large to send back")
@@ -130,10 +143,10 @@ def short_error(exc, limit=300):
 
 
 class Channel:
-    """The result pipe: one ``<nonce> <json>`` line per record, written unbuffered."""
+    """A record pipe: one ``<nonce> <json>`` line per record (just ``<json>`` without a nonce), written unbuffered."""
 
     def __init__(self, fd, nonce):
-        self.fd, self.prefix = fd, nonce + " "
+        self.fd, self.prefix = fd, nonce + " " if nonce else ""
 
     def send(self, body):
         data = (self.prefix + body + "\n").encode("utf-8", "backslashreplace")

@@ -1,10 +1,12 @@
 """Inside the sandbox: the kernel's protections, applied by the launcher before the code runs.
 
 It runs inside the sandbox (bundled by :mod:`metamod.sandbox.launcher`): builtin modules only, never ``os``.
-:func:`isolate` applies, as far as the platform allows: a Landlock ruleset (writes only in the work dir, reads
-only from :func:`~metamod.sandbox.child_paths.read_roots`, no exec, no TCP, no signals or abstract sockets outside
-the sandbox), the sandbox uid as real uid when started as root, new user + network + PID namespaces, no
-capabilities, ``no_new_privs``, a seccomp filter and the resource limits; it returns what is active.
+:func:`isolate` applies, as far as the platform allows: a private mount namespace whose work dir is a size-capped
+tmpfs (the disk quota), the sandbox uid as real, effective AND saved uid when started as root (no uid 0 of any
+kind remains: root is exempt from ``RLIMIT_NPROC``), new user + network + PID namespaces, a Landlock ruleset
+(writes only in the work dir, reads only from :func:`~metamod.sandbox.child_paths.read_roots`, no exec, no TCP, no
+signals or abstract sockets outside the sandbox), no capabilities, ``no_new_privs``, a seccomp filter (which also
+refuses the whole set*uid / set*gid / capset family) and the resource limits; it returns what is active.
 Syscalls go through ``_ctypes`` directly (:class:`Libc`): the ``ctypes`` package costs ~8 ms to import.
 
 >>> len(seccomp_filter() or b"") % 8
@@ -14,13 +16,18 @@ Syscalls go through ``_ctypes`` directly (:class:`Libc`): the ``ctypes`` package
 import posix as os
 
 from metamod.sandbox.child_codec import js, short_error
-from metamod.sandbox.child_paths import DEVICES, isdir, read_roots
+from metamod.sandbox.child_paths import DEVICES, install_paths, isdir, read_roots
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+AT_FDCWD, NR_OPEN_TREE, NR_MOVE_MOUNT, MOVE_MOUNT_F_EMPTY_PATH = -100, 428, 429, 4  # same numbers on every arch
+OPEN_TREE_FLAGS = 1 | 0x8000 | 0o2000000  # OPEN_TREE_CLONE | AT_RECURSIVE | O_CLOEXEC
 PR_SET_NO_NEW_PRIVS = 38
 SIGKILL = 9
 CAP_VERSION_3 = 0x20080522
@@ -39,6 +46,9 @@ AUDIT_ARCH_X86_64 = 0xC000003E
 # and clone3 answers ENOSYS (its flags are out of reach; glibc then falls back to clone).
 SECCOMP_DENY_X86_64 = (41, 101, 165, 166, 155, 161, 272, 308, 321, 298, 323, 248, 249, 250, 425, 426, 427, 310, 311)
 SECCOMP_DENY_X86_64 += (246, 320, 175, 313, 176, 303, 304, 428, 429, 430, 431, 432, 433, 442)
+# the credential family: setuid setgid setreuid setregid setgroups setresuid setresgid setfsuid setfsgid capset. With
+# them refused, no code can make its real uid root again (root is exempt from RLIMIT_NPROC) or regain a capability.
+SECCOMP_DENY_X86_64 += (105, 106, 113, 114, 116, 117, 119, 122, 123, 126)
 NR_CLONE_X86_64, NR_CLONE3_X86_64 = 56, 435
 CLONE_NEW_FLAGS = 0x7E020000  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 
@@ -149,10 +159,11 @@ def install_seccomp(libc, prog):
     libc.call("prctl", PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0)
 
 
-def enter_namespaces(libc):
-    """New user + network + PID namespaces, the current uid / gid mapped onto themselves."""
+def enter_namespaces(libc, *, mounts=False):
+    """New user + network + PID namespaces (and a mount namespace when ``mounts``), the current uid / gid mapped
+    onto themselves."""
     uid, gid = os.geteuid(), os.getegid()
-    libc.call("unshare", CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID)
+    libc.call("unshare", CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID | (CLONE_NEWNS if mounts else 0))
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
         try:
@@ -161,11 +172,90 @@ def enter_namespaces(libc):
             os.close(fd)
 
 
-def drop_privileges(uid):
-    """Root only: make ``uid`` the REAL uid, keeping effective uid 0. RLIMIT_NPROC exempts processes whose real uid
-    is root, so this is what makes the process limit apply; the effective uid keeps root's owner rights to files
-    (the Python install may live under /root), and every capability is dropped later."""
+def drop_privileges(libc, uid):
+    """Root only: ``uid`` becomes the real, effective and saved uid and gid, with no supplementary groups, so no uid 0
+    of any kind remains (RLIMIT_NPROC exempts a real uid 0, and an effective or saved uid 0 could make it real
+    again). The process is then made dumpable again (a uid change clears it) so that it may write its own
+    ``/proc/self/uid_map`` when it enters a user namespace; the launcher clears it at the end."""
+    libc.call("setgroups", 0, None)
+    libc.call("setresgid", uid, uid, uid)
+    libc.call("setresuid", uid, uid, uid)
+    libc.call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
+def keep_real_uid_only(uid):
+    """Root only, where no private mount namespace can be made (so the Python install may be unreadable to
+    ``uid``): ``uid`` becomes the REAL uid while the effective uid stays 0 without capabilities. The seccomp filter
+    then refuses every set*uid call, so the real uid cannot become 0 again."""
     os.setresuid(uid, 0, 0)
+
+
+def hidden_roots(paths):
+    """``{ancestor: [path, ...]}``: the paths another uid cannot reach because the topmost ``ancestor`` on their way
+    is not searchable by others (``/root`` 0700 holding a pyenv Python, pytest's ``/tmp/pytest-of-root``), grouped
+    by that ancestor. Paths nested in another hidden path are left out (binding the outer one brings them along).
+
+    >>> hidden_roots(["/usr", "/usr/lib"])
+    {}
+    """
+    found = {}
+    for path in sorted(paths, key=len):
+        if any(path == r or path.startswith(r + "/") for rs in found.values() for r in rs):
+            continue
+        walked = ""
+        for part in [p for p in path.split("/") if p][:-1]:
+            walked += "/" + part
+            try:
+                mode = os.stat(walked).st_mode
+            except OSError:
+                break
+            if not mode & 0o001:
+                found.setdefault(walked, []).append(path)
+                break
+    return found
+
+
+def make_dirs(path):
+    """``mkdir -p path`` (mode 0755), as root in the private mount namespace."""
+    walked = ""
+    for part in [p for p in path.split("/") if p]:
+        walked += "/" + part
+        try:
+            os.mkdir(walked, 0o755)
+        except FileExistsError:
+            pass
+
+
+def private_mounts(libc, job, roots, *, owner):
+    """In the (new, private) mount namespace: the work dir becomes a tmpfs of ``job["max_disk_mb"]`` (owned by
+    ``owner`` when given: the disk quota, and the only place the code can write). With an ``owner`` (a root host),
+    the read roots and the work dir that the owner could not reach (:func:`hidden_roots`) are made reachable: a
+    small tmpfs is laid over their hidden ancestor (hiding everything else there) and each root is bound back
+    read-only at its own path (``open_tree`` + ``move_mount``, so nothing needs a staging path). Returns the disk
+    report line."""
+    workdir = job["workdir"]
+    libc.call("mount", None, b"/", None, MS_REC | MS_PRIVATE, None)
+    if owner is not None:
+        hidden = hidden_roots([*install_paths(job), *roots, workdir])
+        clones = [
+            (root, libc.call("syscall", NR_OPEN_TREE, AT_FDCWD, root.encode(), OPEN_TREE_FLAGS))
+            for inside in hidden.values()
+            for root in inside
+            if root != workdir
+        ]
+        for ancestor in hidden:
+            libc.call("mount", b"tmpfs", ancestor.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=0755")
+        for root, fd in clones:
+            make_dirs(root)
+            libc.call("syscall", NR_MOVE_MOUNT, fd, b"", AT_FDCWD, root.encode(), MOVE_MOUNT_F_EMPTY_PATH)
+            os.close(fd)
+            libc.call("mount", None, root.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
+        make_dirs(workdir)
+    options = f"size={job['max_disk_mb']}m,nr_inodes={job['max_disk_mb'] * 256},mode=0700"
+    options += f",uid={owner},gid={owner}" if owner is not None else ""
+    libc.call("mount", b"tmpfs", workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode())
+    os.chdir(workdir)  # the old cwd is the folder under the new tmpfs
+    return f"tmpfs work dir of {job['max_disk_mb']} MB (the only writable place)"
 
 
 def set_limits(job, *, processes):
@@ -193,28 +283,21 @@ def isolate(job, chan):
     except Exception as err:  # no _ctypes in this build: nothing but rlimits and the audit hook
         libc, report["ffi"] = None, short_error(err)
     roots = read_roots(job)
+    namespaces = job["network"] == "namespace"
+    report["disk"], report["user"] = mount_and_drop(job, libc, roots, namespaces, chan)
+    if namespaces:
+        report.update(network="namespace", pid="namespace", user=report["user"] + " in a user namespace")
+    else:
+        report.update(network="none (audit hook only)", pid="host (fork refused by the audit hook)")
     abi = landlock_abi(libc) if libc and job["landlock"] else 0
     ruleset = None
     if not job["landlock"]:
         report["files"] = "audit hook only (landlock off by option)"
     elif abi:
-        try:  # paths are opened now, before the uid changes
+        try:  # opened now: the work dir is the tmpfs, the hidden roots are bound where they belong
             ruleset = landlock_ruleset(libc, abi, job["workdir"], roots)
         except OSError as err:
             report["files"] = f"audit hook only (landlock ruleset failed: {err})"
-    report["user"] = set_user(job)
-    namespaces = job["network"] == "namespace"
-    if namespaces:
-        try:
-            if libc is None:
-                raise OSError(0, "no _ctypes module to call unshare with")
-            enter_namespaces(libc)
-        except OSError as err:
-            chan.send('{"k":"refused","err":' + js(f"network namespace unavailable: {err}") + "}")
-            os._exit(3)
-        report.update(network="namespace", pid="namespace", user=report["user"] + " in a user namespace")
-    else:
-        report.update(network="none (audit hook only)", pid="host (fork refused by the audit hook)")
     seccomp = False
     if libc:
         seccomp = lock_down(job, libc, report)
@@ -235,18 +318,51 @@ def isolate(job, chan):
     return report, libc, namespaces, report["files"].startswith("landlock"), seccomp, roots
 
 
-def set_user(job):
-    """Root only: the sandbox uid becomes the real uid (:func:`drop_privileges`). Returns the report line."""
-    uid = os.geteuid()
-    if uid != 0:
-        return f"uid {uid} (the host's)"
-    if job["sandbox_uid"] is None:
-        return "root"
+def mount_and_drop(job, libc, roots, namespaces, chan):
+    """The private mounts (disk quota), the uid change and the namespaces, in the only order that works for each
+    kind of host; returns the ``disk`` and ``user`` report lines.
+
+    Root: a private mount namespace made as root (the hidden Python install can still be bound), then every uid
+    becomes the sandbox uid, then the user namespace. Any other uid: user + mount namespaces together, then the
+    mounts (a user namespace owns its mount namespace). Where no mount namespace can be made, the work dir has no
+    total cap (RLIMIT_FSIZE still caps each file) and, for root, only the real uid is dropped."""
+    uid, target = os.geteuid(), job["sandbox_uid"]
+    disk = "no cap (no private mount namespace; max_file_mb per file only)"
+    if libc is None:
+        return disk, f"uid {uid} (the host's)" if uid else "root"
+    if uid == 0 and target is not None:
+        try:
+            libc.call("unshare", CLONE_NEWNS)
+            disk = private_mounts(libc, job, roots, owner=target)
+            drop_privileges(libc, target)
+            user = f"uid {target} (real, effective and saved)"
+        except OSError as err:
+            disk = f"no cap (private mount namespace failed: {err}; max_file_mb per file only)"
+            try:
+                keep_real_uid_only(target)
+                user = f"real uid {target}, effective uid 0 without capabilities (set*uid refused)"
+            except OSError as err2:
+                user = f"root (could not drop: {err2})"
+        if namespaces:
+            enter_or_refuse(libc, chan, mounts=False)
+        return disk, user
+    user = "root" if uid == 0 else f"uid {uid} (the host's)"
+    if namespaces:
+        enter_or_refuse(libc, chan, mounts=True)
+        try:
+            disk = private_mounts(libc, job, roots, owner=None)
+        except OSError as err:
+            disk = f"no cap (tmpfs mount failed: {err}; max_file_mb per file only)"
+    return disk, user
+
+
+def enter_or_refuse(libc, chan, *, mounts):
+    """:func:`enter_namespaces`, or tell the host that no network namespace can be made and exit."""
     try:
-        drop_privileges(job["sandbox_uid"])
+        enter_namespaces(libc, mounts=mounts)
     except OSError as err:
-        return f"root (could not drop: {err})"
-    return f"real uid {job['sandbox_uid']}, effective uid 0 without capabilities"
+        chan.send('{"k":"refused","err":' + js(f"network namespace unavailable: {err}") + "}")
+        os._exit(3)
 
 
 def lock_down(job, libc, report):
@@ -265,5 +381,5 @@ def lock_down(job, libc, report):
     except OSError as err:
         report["syscalls"] = f"no seccomp filter ({err})"
         return False
-    report["syscalls"] = "seccomp (socket, io_uring, ptrace, namespaces, mounts, bpf, ... refused)"
+    report["syscalls"] = "seccomp (socket, io_uring, ptrace, namespaces, mounts, bpf, set*uid, ... refused)"
     return True

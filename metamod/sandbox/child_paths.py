@@ -66,9 +66,19 @@ def read_roots(job):
     """The paths user code may read: the Python install, system libraries, devices and ``job["read_paths"]``."""
     if not job["hide_host_files"]:
         return ["/"]
-    roots = [sys.base_prefix, sys.prefix, *[p for p in sys.path if p], *SYSTEM_READ_PATHS, *job["read_paths"]]
+    return existing([*install_paths(job), *SYSTEM_READ_PATHS])
+
+
+def install_paths(job):
+    """The Python install the sandbox needs whatever it may read (the interpreter imports from it lazily), and the
+    ``read_paths`` asked for: existing, resolved, each once."""
+    return existing([sys.base_prefix, sys.prefix, *[p for p in sys.path if p], *job["read_paths"]])
+
+
+def existing(paths):
+    """``paths`` resolved, without missing ones and repeats, in order."""
     seen, out = set(), []
-    for path in roots:
+    for path in paths:
         path = realpath(path)
         if path is not None and path not in seen and exists(path):
             seen.add(path)

@@ -70,14 +70,20 @@ def run_function(
     limits = make_limits(limits, **overrides)
     result, records = execute("function", code, limits, extra={"entry": entry, "inputs": inputs})
     found: dict[int, dict[str, Any]] = {}
-    load_error = None
+    load_error = tampered = None
     for record in records:
         kind = record.get("k")
         if kind == "load" and load_error is None and not found:
             load_error = f"code failed before the calls: {record.get('err')}"
         elif kind == "call" and isinstance(record.get("i"), int) and 0 <= record["i"] < len(inputs):
             found.setdefault(record["i"], record)
-    if load_error is None:
+        elif kind == "tamper" and tampered is None:  # this call and the later ones fail (see sandbox.child)
+            first = record.get("i") if isinstance(record.get("i"), int) else 0
+            found = {i: r for i, r in found.items() if i < first}
+            tampered = str(record.get("err"))[:300]
+    if tampered is not None:
+        missing = tampered
+    elif load_error is None:
         missing = "timeout" if result.timed_out else f"process ended before this call: {result.error}"
     else:
         missing = load_error
@@ -149,6 +155,8 @@ def _call(record: dict[str, Any] | None, wanted: Any, compare: bool, missing: st
             value = decode_value(record["v"])
         except (ValueError, TypeError, KeyError, IndexError, RecursionError):  # a malformed (forged) record
             value = _NOT_COMPARABLE
+    if value is not _NOT_COMPARABLE:  # what was graded, not what the object's own __repr__ claims
+        value_repr = _cut(_repr(value), limits.max_repr_chars)
     passed = None
     if compare:
         passed = ok and value is not _NOT_COMPARABLE and _equal(value, wanted)
@@ -161,6 +169,17 @@ def _call(record: dict[str, Any] | None, wanted: Any, compare: bool, missing: st
         error=error,
         value=None if value is _NOT_COMPARABLE else value,
     )
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except (RecursionError, MemoryError, ValueError):  # e.g. an int past the str-conversion limit
+        return f"<{type(value).__name__}>"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _equal(value: Any, wanted: Any) -> bool:

@@ -14,16 +14,24 @@ metamod.errors.ConfigError: memory_mb must be >= 32 (the interpreter alone needs
 >>> make_limits(timeout=1)
 Traceback (most recent call last):
 ...
-metamod.errors.ConfigError: unknown sandbox option 'timeout'; valid options: allow_network_fallback, call_timeout_s, cpu_s, hide_host_files, landlock, max_file_mb, max_open_files, max_output_bytes, max_processes, max_repr_chars, max_result_bytes, max_value_chars, memory_mb, read_paths, sandbox_uid, seccomp, timeout_s, work_parent
+metamod.errors.ConfigError: unknown sandbox option 'timeout'; valid options: allow_network_fallback, call_timeout_s, cpu_s, hide_host_files, landlock, max_disk_mb, max_file_mb, max_open_files, max_output_bytes, max_processes, max_repr_chars, max_result_bytes, max_value_chars, memory_mb, read_paths, sandbox_uid, seccomp, timeout_s, work_parent
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from metamod.errors import ConfigError
+
+FALLBACK_ENV = "METAMOD_SANDBOX_ALLOW_FALLBACK"
+
+
+def fallback_allowed() -> bool:
+    """Whether ``$METAMOD_SANDBOX_ALLOW_FALLBACK`` allows running without namespaces (``1`` / ``true`` / ``yes``)."""
+    return os.environ.get(FALLBACK_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,14 @@ class SandboxLimits:
         },
     )
     max_file_mb: int = field(default=16, metadata={"help": "Largest file the code may write (RLIMIT_FSIZE), in MB."})
+    max_disk_mb: int = field(
+        default=64,
+        metadata={
+            "help": "Everything the code may write, in MB: the work dir is a tmpfs of this size in the sandbox's own "
+            "mount namespace, the only writable place (a full disk is killed_reason 'disk'; counts towards RAM). "
+            "Where no mount namespace can be made, isolation['disk'] says there is no total cap."
+        },
+    )
     max_open_files: int = field(default=256, metadata={"help": "Open file descriptors per process (RLIMIT_NOFILE)."})
     max_output_bytes: int = field(
         default=65536,
@@ -67,18 +83,19 @@ class SandboxLimits:
         metadata={"help": "run_function: limit per call (SIGALRM in the child); None: only the wall clock."},
     )
     allow_network_fallback: bool = field(
-        default=False,
+        default_factory=fallback_allowed,
         metadata={
             "help": "Run even where no network namespace can be made (unprivileged user namespaces disabled): "
-            "sockets are then refused by the audit hook only, and isolation['network'] says so."
+            "sockets are then refused by seccomp and the audit hook only, and isolation['network'] says so. "
+            "Default: whether $METAMOD_SANDBOX_ALLOW_FALLBACK is 1 (how the commands get it)."
         },
     )
     hide_host_files: bool = field(
         default=True,
         metadata={
             "help": "Reads allowed only from the Python install, system libraries, a few devices, read_paths and "
-            "the work dir (Landlock, else the audit hook). False: the code may read any file its effective uid may "
-            "(when the host runs as root: every file)."
+            "the work dir (Landlock, else the audit hook). False: the code may read any file its uid may (on a root "
+            "host: what uid 65534 may read; a 0700 folder such as /root stays closed)."
         },
     )
     read_paths: tuple[str, ...] = field(
@@ -101,9 +118,10 @@ class SandboxLimits:
     sandbox_uid: int | None = field(
         default=65534,
         metadata={
-            "help": "When the host runs as root: the REAL uid of the sandbox (root is exempt from RLIMIT_NPROC); "
-            "the effective uid stays 0 with every capability dropped, so files keep root's owner permissions "
-            "(Landlock and the hook confine them). None: stay root."
+            "help": "When the host runs as root: the real, effective and saved uid (and gid) of the sandbox, so no "
+            "uid 0 remains (root is exempt from RLIMIT_NPROC); a Python install it could not read (under /root) "
+            "is bound read-only into its private mount namespace. Where no mount namespace can be made, only the "
+            "real uid changes (set*uid stays refused by seccomp). None: stay root."
         },
     )
     work_parent: str | None = field(
@@ -124,7 +142,14 @@ class SandboxLimits:
             raise ConfigError(f"cpu_s must be > 0 seconds or None, got {self.cpu_s}")
         if self.call_timeout_s is not None and not self.call_timeout_s > 0:
             raise ConfigError(f"call_timeout_s must be > 0 seconds or None, got {self.call_timeout_s}")
-        for name in ("max_processes", "max_file_mb", "max_open_files", "max_output_bytes", "max_result_bytes"):
+        for name in (
+            "max_processes",
+            "max_file_mb",
+            "max_disk_mb",
+            "max_open_files",
+            "max_output_bytes",
+            "max_result_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_open_files < 16:

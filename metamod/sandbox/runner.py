@@ -7,7 +7,9 @@ and the throwaway work dir as its current directory; the launcher then isolates 
 :mod:`metamod.sandbox.child`). One ``epoll`` loop reads stdout, stderr and the result pipe with caps and waits on a
 pidfd for the exit, so a timeout or an output flood is noticed at once; afterwards the process group is killed
 (nothing the code started survives), the child is reaped with ``wait4`` (CPU time, peak RSS) and the work dir is
-removed, whatever happened.
+removed, whatever happened. A host killed with SIGKILL cannot remove its work dirs: their names carry the host's
+pid and start time, and the first run of the next host process in the same folder removes those of dead hosts
+(:func:`remove_stale_workdirs`).
 
 >>> r = run_python("print(input().upper())", stdin="hi")  # doctest: +SKIP
 >>> r.ok, r.stdout, r.isolation["network"]  # doctest: +SKIP
@@ -84,7 +86,8 @@ def execute(
     if stdin is not None and not isinstance(stdin, str):
         raise ConfigError(f"stdin must be a str or None, got {type(stdin).__name__}")
     network = probe.capabilities().network_mode(allow_fallback=limits.allow_network_fallback)
-    workdir = os.path.realpath(tempfile.mkdtemp(prefix="metamod-sandbox-", dir=limits.work_parent))
+    remove_stale_workdirs(limits.work_parent)
+    workdir = os.path.realpath(tempfile.mkdtemp(prefix=_workdir_prefix(), dir=limits.work_parent))
     read_fd = write_fd = None
     stdin_file = None
     proc = None
@@ -98,6 +101,8 @@ def execute(
             "network": network,
             "nonce": nonce,
             "result_fd": write_fd,
+            "max_result_bytes": limits.max_result_bytes,
+            "max_disk_mb": limits.max_disk_mb,
             "memory_mb": limits.memory_mb,
             "cpu_s": limits.cpu_seconds(),
             "max_processes": limits.max_processes,
@@ -116,8 +121,8 @@ def execute(
         launcher, job_path = write_launcher(workdir), os.path.join(workdir, ".job")
         with open(job_path, "wb") as f:
             f.write(marshal.dumps(job))
-        with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8", errors="surrogatepass") as f:
-            f.write(code)  # for tracebacks' source lines only: the launcher compiles job["code"]
+        if os.geteuid() == 0 and limits.sandbox_uid is not None:  # where no tmpfs can be mounted over it
+            os.chown(workdir, limits.sandbox_uid, limits.sandbox_uid)
         if stdin is not None:
             stdin_path = os.path.join(workdir, ".stdin")
             with open(stdin_path, "wb") as f:
@@ -244,7 +249,7 @@ def _assemble(exit_code, outputs, host_kill, usage, wall_s, limits: SandboxLimit
     records = [r for r in records if r is not setup]
     cpu_s = usage.ru_utime + usage.ru_stime
     reason, error = host_kill, None
-    end = next((r for r in records if r.get("k") in ("exit", "load")), None)
+    end = next((r for r in records if r.get("k") in ("exit", "load", "tamper")), None)
     if host_kill == "timeout":
         error = f"timeout: exceeded {limits.timeout_s:g} s wall clock"
     elif host_kill == "output":
@@ -260,7 +265,9 @@ def _assemble(exit_code, outputs, host_kill, usage, wall_s, limits: SandboxLimit
             reason, error = f"signal:{name}", f"killed by {name}"
     elif end is not None and exit_code != 0:
         error = str(end.get("err"))[:300]
-        if end.get("reason") in ("memory", "file_size"):
+        if end.get("k") == "tamper":
+            reason = "tamper"
+        elif end.get("reason") in ("memory", "file_size", "disk"):
             reason = end["reason"]
     elif exit_code != 0:
         last = err.decode("utf-8", "replace").strip().splitlines()[-1:] if err.strip() else []
@@ -346,6 +353,55 @@ def _has_exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
+
+
+def _workdir_prefix() -> str:
+    """``metamod-sandbox-<pid>.<start time>-``: enough to tell, later, whether the host that made a dir is alive."""
+    return f"metamod-sandbox-{os.getpid()}.{_start_time(os.getpid())}-"
+
+
+def _start_time(pid: int) -> str | None:
+    """Process ``pid``'s start time in clock ticks since boot (field 22 of /proc/<pid>/stat); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+_SWEPT: set[str] = set()
+
+
+def remove_stale_workdirs(parent: str | None) -> list[str]:
+    """Remove the work dirs in ``parent`` (None: the system temp dir) left by host processes that no longer run
+    (killed with SIGKILL mid-run: nothing else could clean up); once per folder per host process. A dir is stale
+    when no live process has the pid and start time in its name. Returns the removed paths.
+
+    >>> remove_stale_workdirs(tempfile.mkdtemp())
+    []
+    """
+    folder = os.path.realpath(parent or tempfile.gettempdir())
+    if folder in _SWEPT:
+        return []
+    _SWEPT.add(folder)
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith("metamod-sandbox-") or "." not in name.split("-")[2]:
+            continue
+        pid, _, start = name.split("-")[2].partition(".")
+        if not pid.isdigit() or _start_time(int(pid)) == start:
+            continue
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            _remove_tree(path)
+            removed.append(path)
+    if removed:
+        logger.info("removed %d sandbox work dir(s) of dead host processes in %s", len(removed), folder)
+    return removed
 
 
 def _remove_tree(path: str) -> None:

@@ -71,8 +71,24 @@ __all__ = [
     "induction_gold",
     "normalize_code_answer",
     "parse_literal",
+    "preflight_code_tasks",
     "visible_feedback",
 ]
+
+
+def preflight_code_tasks(kinds: dict[str, str | None]) -> None:
+    """Fail at the start of a run, before any model loads, when a task whose answers are code (``{task: kind}``,
+    the kind of its first example) cannot run model-written code on this machine (:func:`metamod.sandbox.preflight`:
+    no user namespaces and no ``$METAMOD_SANDBOX_ALLOW_FALLBACK``, or a sandbox that does not start).
+
+    >>> preflight_code_tasks({"arith": "math"})  # no code task: nothing to check
+    """
+    code = sorted(task for task, kind in kinds.items() if kind in CODE_KINDS)
+    if code:
+        from metamod.sandbox import preflight
+
+        preflight("task " + ", ".join(repr(t) for t in code))
+
 
 #: Wall-clock seconds one grading run (one sandbox process) may take.
 GRADE_TIMEOUT_S = 5.0

@@ -407,7 +407,8 @@ def build_model_card(
     grpo_source = dict(train_config)
     if "global_step" in train_summary:
         grpo_source["global_step"] = train_summary["global_step"]
-    if "gold_use" in train_summary:  # what the adapter learned from gold answers (metamod.train.sft.warm_start_gold_use)
+    # what the adapter learned from gold answers (metamod.train.sft.warm_start_gold_use)
+    if "gold_use" in train_summary:
         grpo_source["gold_use"] = train_summary["gold_use"] or "none"
     if not train_summary.get("warm_start", grpo_source.get("warm_start")):
         grpo_source.pop("warm_start_targets", None)
