@@ -101,6 +101,35 @@ def load_json(path: str | os.PathLike, *, what: str = "JSON file") -> Any:
         raise InputError(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg}); expected a {what}") from err
 
 
+def load_npz(path: str | os.PathLike, *, what: str = "arrays") -> dict[str, Any]:
+    """Every array of the ``.npz`` file ``path``, read now; a corrupt, truncated or non-npz file is one
+    :class:`InputError` naming the file (numpy would raise ``zipfile.BadZipFile`` and friends).
+
+    >>> import tempfile
+    >>> bad = Path(tempfile.mkdtemp()) / "arrays.npz"
+    >>> _ = bad.write_bytes(b"PK\\x03\\x04 cut short")
+    >>> load_npz(bad, what="memory arrays")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    metamod.errors.InputError: .../arrays.npz: memory arrays do not load (BadZipFile: File is not a zip file); expected an .npz file written by metamod (rerun the step that wrote it)
+    """
+    import zipfile
+
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise InputError(
+            f"{path}: {what} do not load ({type(err).__name__}: {(str(err).splitlines() or [''])[0]}); expected an "
+            ".npz file written by metamod "
+            "(rerun the step that wrote it)"
+        ) from err
+
+
 def check_safetensors(path: str | os.PathLike, *, what: str = "weights") -> None:
     """Fail naming ``path`` when its safetensors header does not read (a truncated or corrupt file).
 

@@ -59,7 +59,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from metamod.errors import load_json
+from metamod.errors import load_json, load_npz
 from metamod.files import atomic_write_json
 from metamod.prompts import render
 from metamod.tasks.base import Example
@@ -570,8 +570,7 @@ class BaseMemory(ABC):
             array_path = folder / str(array_file)
             if not array_path.is_file():
                 raise FileNotFoundError(f"{path} names array file {array_file!r}, which is missing from {folder}")
-            with np.load(array_path, allow_pickle=False) as data:
-                self.load_array_state({k: data[k] for k in data.files})
+            self.load_array_state(load_npz(array_path, what="memory arrays"))
         else:
             self.load_array_state({})
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from metamod.config import check_output_dir, parse_config
+from metamod.config import ConfigError, check_output_dir, parse_config
+from metamod.files import FolderLock, check_unlocked
 from metamod.memory.corpus import FITTED_MANIFEST, read_behaviours, read_embeddings, write_fitted
 
 logger = logging.getLogger(__name__)
@@ -63,17 +64,50 @@ class FitCheatsheetConfig:
 def fit_cheatsheet(config: FitCheatsheetConfig) -> dict[str, Any]:
     """Run the three fitting steps and write the fitted corpus; returns its manifest."""
     from metamod.memory.hdp import HDPGMM
-    from metamod.memory.projector import PCAProjection, ProjectorOptions, train_projector
+    from metamod.memory.projector import ProjectorOptions
 
     source = Path(config.behaviours)
     out = Path(config.output_dir)
+    # ---- everything it will read, checked before the folder is locked or written (docs/contracts.md)
+    check_unlocked(out)
     if (out / FITTED_MANIFEST).is_file() and not config.overwrite:
         raise FileExistsError(f"{out} already holds a fitted corpus; pass --overwrite true to replace it")
     check_output_dir(out)
+    hdp = _built("hdp_params", HDPGMM, {"seed": config.seed, **config.hdp_params})
+    options = _built("projector_options", ProjectorOptions, {"seed": config.seed, **config.projector_options})
     behaviours = read_behaviours(source)
     if len(behaviours) < 2:
         raise ValueError(f"{source} has {len(behaviours)} behaviour(s); fitting needs at least 2")
     raw, queries, embedder = read_embeddings(source.parent if source.is_file() else source, len(behaviours))
+    with FolderLock(out):
+        return _fit(config, source, out, behaviours, raw, queries, embedder, hdp, options)
+
+
+def _built(key: str, kind: type, options: dict[str, Any]) -> Any:
+    """``kind(**options)``, an unknown or ill-typed option being a ConfigError that names ``key`` and the valid ones.
+
+    >>> from metamod.memory.hdp import HDPGMM
+    >>> _built("hdp_params", HDPGMM, {"sweepz": 3})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    metamod.errors.ConfigError: hdp_params: unknown option 'sweepz'; valid: alpha, birth, block, burn_in, ...
+    """
+    import inspect
+
+    valid = sorted(n for n in inspect.signature(kind).parameters if n != "self")
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ConfigError(f"{key}: unknown option {unknown[0]!r}; valid: {', '.join(valid)}")
+    try:
+        return kind(**options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{key}: {err}") from err
+
+
+def _fit(config, source, out, behaviours, raw, queries, embedder, hdp, options) -> dict[str, Any]:
+    """The three fitting steps and the write, with ``out`` locked."""
+    from metamod.memory.projector import PCAProjection, train_projector
+
     domains = sorted({b["domain"] for b in behaviours})
     domain_ids = np.array([domains.index(b["domain"]) for b in behaviours], dtype=np.int64)
     timings: dict[str, float] = {}
@@ -88,10 +122,6 @@ def fit_cheatsheet(config: FitCheatsheetConfig) -> dict[str, Any]:
     arrays.update({f"pca.{k}": v for k, v in pca.state_arrays().items()})
     if config.projector:
         start = time.perf_counter()
-        try:
-            options = ProjectorOptions(**{"seed": config.seed, **config.projector_options})
-        except TypeError as err:
-            raise ValueError(f"projector_options: {err}") from err
         groups = [b.get("question_id") or b["id"] for b in behaviours]
         projector = train_projector(queries, projected, options, groups=groups)
         timings["projector_s"] = round(time.perf_counter() - start, 3)
@@ -107,8 +137,7 @@ def fit_cheatsheet(config: FitCheatsheetConfig) -> dict[str, Any]:
         arrays.update({f"projector.{k}": v for k, v in projector.state_arrays().items()})
 
     start = time.perf_counter()
-    params = {"seed": config.seed, **config.hdp_params}
-    hdp = HDPGMM(**params).fit(np.asarray(projected, dtype=np.float64), domain_ids)
+    hdp = hdp.fit(np.asarray(projected, dtype=np.float64), domain_ids)
     timings["hdp_s"] = round(time.perf_counter() - start, 3)
     arrays.update({f"hdp.{k}": v for k, v in hdp.state_arrays().items()})
 

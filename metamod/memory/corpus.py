@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from metamod.errors import InputError, load_json
+from metamod.errors import InputError, load_json, load_npz
 from metamod.files import JsonlError, atomic_write_json, atomic_write_text, iter_jsonl
 
 BEHAVIOURS_FILE = "behaviours.jsonl"
@@ -99,12 +99,12 @@ def read_embeddings(folder: str | os.PathLike, rows: int) -> tuple[np.ndarray, n
             f"{BEHAVIOURS_FILE})"
         )
     meta = load_json(meta_path, what="embeddings metadata (a JSON object)")
-    with np.load(path, allow_pickle=False) as data:
-        missing = [k for k in ("behaviours", "queries") if k not in data.files]
-        if missing:
-            raise InputError(f"{path} lacks arrays {missing}; expected 'behaviours' and 'queries'")
-        behaviours = np.asarray(data["behaviours"], dtype=np.float32)
-        queries = np.asarray(data["queries"], dtype=np.float32)
+    data = load_npz(path, what="behaviour embeddings")
+    missing = [k for k in ("behaviours", "queries") if k not in data]
+    if missing:
+        raise InputError(f"{path} lacks arrays {missing}; expected 'behaviours' and 'queries'")
+    behaviours = np.asarray(data["behaviours"], dtype=np.float32)
+    queries = np.asarray(data["queries"], dtype=np.float32)
     for label, array in (("behaviours", behaviours), ("queries", queries)):
         if array.ndim != 2 or array.shape[0] != rows:
             raise InputError(
@@ -213,8 +213,7 @@ def load_fitted(folder: str | os.PathLike) -> FittedCorpus:
     if manifest.get("version") != FITTED_VERSION:
         raise InputError(f"{path} has corpus version {manifest.get('version')!r}; this metamod reads {FITTED_VERSION}")
     behaviours = read_behaviours(folder / BEHAVIOURS_FILE)
-    with np.load(folder / FITTED_ARRAYS, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
+    arrays = load_npz(folder / FITTED_ARRAYS, what="fitted cheatsheet arrays")
     if len(arrays.get("raw", ())) != len(behaviours):
         raise InputError(
             f"{folder}: {FITTED_ARRAYS} has {len(arrays.get('raw', ()))} embedding rows for {len(behaviours)} "

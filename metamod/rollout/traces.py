@@ -212,9 +212,15 @@ def read_traces(path: str | os.PathLike, *, validate: bool = True) -> Iterator[d
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Trace file not found: {path}")
-    check = validate_trace if validate else None
+    check = validate_trace if validate else _require_object
     for _, trace in iter_jsonl(path, check=check, error=TraceError, blank_lines="error"):
         yield trace
+
+
+def _require_object(trace: Any, where: str) -> None:
+    """The least every reader needs: a line that is a JSON object (``[1, 2]`` or ``"text"`` is valid JSON too)."""
+    if not isinstance(trace, dict):
+        raise TraceError(f"{where}: a trace must be a JSON object, got a {type(trace).__name__}; expected one debate")
 
 
 # --------------------------------------------------------------------------------------------- writing
