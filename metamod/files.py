@@ -12,6 +12,8 @@
   ``<folder>/.lock``, which holds the owner's process id. A second writer fails at once with
   :class:`FolderLockedError` naming the folder and that process id. The kernel drops the lock when the process
   ends in any way (``kill -9`` included), so there is never a stale lock to clean up.
+- **Validate before writing**: :func:`write_after_checks` is the one order every writing command follows: fail at
+  once when another writer holds the folder, read and check every input (writing nothing), only then lock.
 
 >>> import pathlib
 >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -23,6 +25,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -339,11 +342,11 @@ class FolderLockedError(ConfigError):
     """Another process holds the output folder's lock (the message names the folder and its process id)."""
 
 
-def _lock_message(folder: Path, name: str, holder: str | None) -> str:
+def _lock_message(folder: Path, name: str, holder: str | None, label: str | None = None) -> str:
     who = f"process {holder}" if holder else "another process (process id not yet recorded)"
     return (
-        f"{folder} is in use by {who} (lock {folder / name}); two writers would mix their outputs. Wait for it to "
-        "finish, stop it, or use another --output_dir"
+        f"{label or folder} is in use by {who} (lock {folder / name}); two writers would mix their outputs. Wait for "
+        "it to finish, stop it, or use another --output_dir"
     )
 
 
@@ -356,11 +359,11 @@ def lock_holder(folder: str | os.PathLike, *, name: str = LOCK_FILE) -> str | No
     return text.split()[0] if text else None
 
 
-def check_unlocked(folder: str | os.PathLike, *, name: str = LOCK_FILE) -> None:
+def check_unlocked(folder: str | os.PathLike, *, name: str = LOCK_FILE, label: str | None = None) -> None:
     """Fail at once when another process holds ``folder``'s lock; creates nothing (a probe before validation).
 
     Raises:
-        FolderLockedError: naming the folder and the holder's process id.
+        FolderLockedError: naming the folder (or ``label``) and the holder's process id.
     """
     folder = Path(folder)
     try:
@@ -368,12 +371,12 @@ def check_unlocked(folder: str | os.PathLike, *, name: str = LOCK_FILE) -> None:
     except (FileNotFoundError, NotADirectoryError):
         return
     try:
-        _try_flock(fd, folder, name)
+        _try_flock(fd, folder, name, label=label)
     finally:
         os.close(fd)
 
 
-def _try_flock(fd: int, folder: Path, name: str, *, wait: bool = False) -> None:
+def _try_flock(fd: int, folder: Path, name: str, *, wait: bool = False, label: str | None = None) -> None:
     import fcntl
 
     try:
@@ -381,7 +384,7 @@ def _try_flock(fd: int, folder: Path, name: str, *, wait: bool = False) -> None:
     except OSError as err:
         if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
             raise
-        raise FolderLockedError(_lock_message(folder, name, lock_holder(folder, name=name))) from None
+        raise FolderLockedError(_lock_message(folder, name, lock_holder(folder, name=name), label)) from None
 
 
 class FolderLock:
@@ -395,6 +398,7 @@ class FolderLock:
         folder: the output folder.
         name: the lock file's name (sharded writers into one folder use one name per shard).
         wait: block until the lock is free instead of failing (for short critical sections only).
+        label: what an error names instead of ``folder`` (a lock kept elsewhere than the folder it guards).
 
     Raises:
         FolderLockedError: on ``acquire`` (or ``with``) while another writer holds the lock.
@@ -411,10 +415,13 @@ class FolderLock:
     True
     """
 
-    def __init__(self, folder: str | os.PathLike, *, name: str = LOCK_FILE, wait: bool = False) -> None:
+    def __init__(
+        self, folder: str | os.PathLike, *, name: str = LOCK_FILE, wait: bool = False, label: str | None = None
+    ) -> None:
         self.folder = Path(folder)
         self.name = name
         self.wait = wait
+        self.label = label
         self._fd: int | None = None
 
     @property
@@ -431,7 +438,7 @@ class FolderLock:
         self.folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            _try_flock(fd, self.folder, self.name, wait=self.wait)
+            _try_flock(fd, self.folder, self.name, wait=self.wait, label=self.label)
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
         except BaseException:
@@ -457,3 +464,33 @@ class FolderLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def write_after_checks(
+    target: str | os.PathLike | FolderLock, checks: Callable[[], Any] | None = None
+) -> Iterator[Any]:
+    """The validate-before-write rule (docs/contracts.md): fail at once when another writer holds ``target`` (a
+    folder, or a :class:`FolderLock` with its own name or place), run ``checks`` (they read and check every input
+    and write nothing), and only then lock, for the body; yields what ``checks`` returned.
+
+    >>> import pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "run"
+    >>> def bad():
+    ...     raise ConfigError("learning_rate must be > 0, got -1")
+    >>> with write_after_checks(out, bad):
+    ...     pass
+    Traceback (most recent call last):
+    ...
+    metamod.errors.ConfigError: learning_rate must be > 0, got -1
+    >>> out.exists()  # not even created
+    False
+    >>> with write_after_checks(out, lambda: 3) as checked:
+    ...     checked, (out / LOCK_FILE).is_file()
+    (3, True)
+    """
+    lock = target if isinstance(target, FolderLock) else FolderLock(target)
+    check_unlocked(lock.folder, name=lock.name, label=lock.label)
+    checked = checks() if checks is not None else None
+    with lock:
+        yield checked

@@ -237,8 +237,11 @@ def test_push_without_token_is_a_clear_error(run_dir, tmp_path, monkeypatch, cap
         "--repo_id",
         "o/m",
     ]
-    assert main(argv) == 1
-    assert "no Hugging Face token" in capsys.readouterr().err
+    from metamod.cli import main as cli
+
+    assert cli(["export", *argv]) == 2  # R7: the one error path (exit 2, one line), not export's own exit 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("metamod export: error: no Hugging Face token"), err
     assert not (tmp_path / "cli").exists()  # checked before any export work
 
 

@@ -11,8 +11,8 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from metamod.config import ConfigError
+from metamod.llm.adapter_files import check_adapter, lora_problems
 from metamod.train import hub
-from metamod.train.adapter_files import check_adapter, lora_problems
 from metamod.train.export import export_adapter, main, merge_adapter
 
 FAKE_TOKEN = "hf_FAKEexporttoken0123456789abcdefghij"

@@ -32,7 +32,7 @@ def test_rollout_writes_mro_traces_and_summary(mro_traces, capsys):
     assert len(traces) == 40 and all(t["loop"] == "mro" and t["simulated"] for t in traces)
     summary = json.loads((mro_traces.parent / "summary.json").read_text())
     assert summary["loop"] == "mro" and summary["questions"] == 40
-    assert len(summary["action_shares_by_iteration"]) >= 1 and summary["calls_per_role"]["reasoner"] >= 1
+    assert len(summary["action_shares_by_iteration"]) >= 1 and summary["this_run"]["calls_per_role"]["reasoner"] >= 1
 
 
 def test_resume_after_crash_equals_one_run(mro_traces, tmp_path):
@@ -43,7 +43,11 @@ def test_resume_after_crash_equals_one_run(mro_traces, tmp_path):
     path.write_text("".join(lines[:15]) + lines[15][:40])  # crash: 15 written, the 16th torn
     assert rollout_main(SIM + ["--output_dir", str(out)]) == 0
     assert list(read_traces(path)) == list(read_traces(mro_traces))
-    assert json.loads((out / "summary.json").read_text())["skipped_done"] == 15
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["this_run"]["skipped_done"] == 15 and resumed["this_run"]["questions"] == 25
+    one_run = json.loads((mro_traces.parent / "summary.json").read_text())
+    drop = ("this_run", "traces_file")
+    assert {k: v for k, v in resumed.items() if k not in drop} == {k: v for k, v in one_run.items() if k not in drop}
 
 
 def test_shards_merge_to_the_unsharded_run(mro_traces, tmp_path):

@@ -340,7 +340,7 @@ def test_a_relative_and_an_absolute_path_to_one_file_are_one_setting(tmp_path, m
     before = traces.read_bytes()
     capsys.readouterr()
     assert cli_main([*rollout, "--task_data_files", str(tmp_path / "q.jsonl")]) == 0  # resumes: nothing to do
-    assert "0 new debates (2 already done)" in capsys.readouterr().out
+    assert "0 new debates (2 already done; 2 in the file)" in capsys.readouterr().out
     assert traces.read_bytes() == before
     assert cli_main([*rollout, "--task_data_files", "./q.jsonl"]) == 0
 

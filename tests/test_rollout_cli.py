@@ -53,7 +53,16 @@ def test_resume_after_crash_with_torn_last_line(tmp_path):
     assert [t["id"] for t in resumed] == [t["id"] for t in reference]  # no duplicate, none lost, same order
     assert resumed == reference
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["skipped_done"] == 12 and summary["questions"] == 18
+    assert summary["this_run"]["skipped_done"] == 12 and summary["this_run"]["questions"] == 18
+    # R10: the summary describes the whole file, as one uninterrupted run's does
+    assert main(SIM + ["--output_dir", str(tmp_path / "one")]) == 0
+    one_run = json.loads((tmp_path / "one" / "summary.json").read_text())
+    drop = ("this_run", "traces_file")
+    assert {k: v for k, v in summary.items() if k not in drop} == {k: v for k, v in one_run.items() if k not in drop}
+    assert summary["questions"] == 30
+    assert main(SIM + ["--output_dir", str(out)]) == 0  # a rerun of a finished rollout keeps the real statistics
+    rerun = json.loads((out / "summary.json").read_text())
+    assert rerun["this_run"]["questions"] == 0 and rerun["coverage"] == one_run["coverage"] is not None
 
 
 def test_resume_refuses_changed_settings_and_overwrite_restarts(tmp_path):
@@ -184,7 +193,7 @@ def test_ctrl_c_leaves_a_readable_resumable_file(tmp_path):
     path = tmp_path / "run" / "traces.jsonl"
     assert len(_ids(path)) == 20
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["interrupted"] is True and summary["questions"] == 20
+    assert summary["this_run"]["interrupted"] is True and summary["questions"] == 20
     rollout(task_config=task, config=config, sim_config=SimulationConfig())
     reference = tmp_path / "ref"
     assert (

@@ -230,6 +230,11 @@ class EvalConfig:
             raise ValueError(f"num_agents must be >= 2 for a debate, got {self.num_agents}")
         if not self.seeds:
             raise ValueError("seeds is empty; give at least one seed, e.g. [0]")
+        negative = [s for s in self.seeds if not isinstance(s, int) or s < 0]
+        if negative:  # a seed names files (traces-seed<s>.jsonl, memory-seed<s>/) and offsets sampling seeds
+            raise ValueError(
+                f"seeds {self.seeds}: {negative[0]!r} is not a seed; expected integers >= 0, e.g. [0, 1, 2]"
+            )
         repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
         if repeated:
             raise ConfigError(
@@ -407,11 +412,16 @@ def adapter_base(path: str) -> str | None:
 
 
 def check_adapter_files(folder: str | Path) -> None:
-    """Fail naming the file when an adapter folder's config or weights do not read (cheap: headers only).
+    """Fail naming the file when an adapter folder would not load: its config, its weights and their shapes
+    against the config's rank and target modules (:func:`metamod.llm.adapter_files.check_adapter`, the check
+    ``metamod export`` runs), before the eval folder is locked or written.
 
     Raises:
         InputError: ``adapter_config.json`` is not a JSON object, or ``adapter_model.safetensors`` is corrupt.
+        ConfigError: the weights do not match the config (a rank or module mismatch).
     """
+    from metamod.llm.adapter_files import check_adapter
+
     folder = Path(folder).expanduser()
     config = load_json(folder / "adapter_config.json", what="PEFT adapter config (a JSON object)")
     if not isinstance(config, dict):
@@ -422,6 +432,7 @@ def check_adapter_files(folder: str | Path) -> None:
     weights = folder / "adapter_model.safetensors"
     if weights.is_file():
         check_safetensors(weights, what="adapter weights")
+        check_adapter(folder)
 
 
 def _has_content(path: Path) -> bool:

@@ -37,7 +37,7 @@ from metamod.tasks.base import Example
 from metamod.tasks.code_grading import preflight_code_tasks
 from metamod.tasks.grading import is_equivalent
 
-from ..files import FolderLock, JsonlWriter, atomic_write_json, atomic_write_text, check_unlocked
+from ..files import JsonlWriter, atomic_write_json, atomic_write_text, write_after_checks
 from .build import build_debaters, build_generators, layer_context, moderator_gold_use, resolve_models
 from .cells import (  # re-exported: `from metamod.evaluate.harness import eval_settings` keeps working
     METHOD_TRACES_FILE,
@@ -401,6 +401,28 @@ def methods_gold_use(config: EvalConfig, memory_config: Any = None) -> dict[str,
     return out
 
 
+def check_eval(config: EvalConfig, memory_config: Any = None) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """Everything that can fail on bad input, before any model loads, any question is generated or any file lands
+    (``metamod sweep`` runs it for every value before its first run). Returns what :func:`evaluate` goes on with:
+    the questions, the reusable traces, the resolved models and the folder settings."""
+    output_dir = Path(config.output_dir)
+    start_over = config.overwrite or not config.resume
+    examples, reused = load_inputs(config)
+    check_method_kinds(config.methods, examples)
+    preflight_code_tasks({task: exs[0].kind if exs else None for task, exs in examples.items()})
+    specs = resolve_models(config)
+    if memory_config is not None:
+        from metamod.memory.registry import check_memory_options, check_memory_path
+
+        in_use = memories_in_use(config.methods, memory_config)
+        check_memory_options(memory_config, in_use)
+        check_memory_path(memory_config, in_use)
+    settings = eval_settings(config, memory_config)
+    if not start_over:
+        check_fingerprint(output_dir, settings, outputs=has_outputs(output_dir), command="eval", what=WHAT)
+    return examples, reused, specs, settings
+
+
 def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
     """Run the evaluation described by ``config`` and write its outputs to ``config.output_dir``.
 
@@ -412,21 +434,9 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
         The ``results.json`` document.
     """
     output_dir = Path(config.output_dir)
-    # ---- everything that can fail on bad input, before any model loads, any question is generated or any file lands
-    check_unlocked(output_dir)  # another writer: fail at once
     start_over = config.overwrite or not config.resume
-    examples, reused = load_inputs(config)
-    check_method_kinds(config.methods, examples)
-    preflight_code_tasks({task: exs[0].kind if exs else None for task, exs in examples.items()})
-    specs = resolve_models(config)
-    if memory_config is not None:
-        from metamod.memory.registry import check_memory_options
-
-        check_memory_options(memory_config, memories_in_use(config.methods, memory_config))
-    settings = eval_settings(config, memory_config)
-    if not start_over:
-        check_fingerprint(output_dir, settings, outputs=has_outputs(output_dir), command="eval", what=WHAT)
-    with FolderLock(output_dir):
+    with write_after_checks(output_dir, lambda: check_eval(config, memory_config)) as checked:
+        examples, reused, specs, settings = checked
         if start_over:
             clear_outputs(output_dir)
         outputs = has_outputs(output_dir)

@@ -28,14 +28,15 @@ import argparse
 import copy
 import json
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from metamod.config import ConfigError
-from metamod.errors import load_yaml_text, read_text
-from metamod.files import atomic_write_json, atomic_write_text
+from metamod.errors import anticipated_message, load_yaml_text, read_text
+from metamod.files import atomic_write_json, atomic_write_text, write_after_checks
 
 logger = logging.getLogger(__name__)
 
@@ -101,20 +102,55 @@ def run_sweep(
     for key, value in (overrides or {}).items():
         base = set_path(base, key, value)
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for value in values:
-        run_dir = out / f"{param}={_label(value)}"
-        cfg = set_path(base, param, value)
-        cfg["output_dir"] = str(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        cfg_file = atomic_write_text(run_dir / "sweep_config.yaml", yaml.safe_dump(cfg, sort_keys=False))
-        logger.info("sweep %s = %r -> %s", param, value, run_dir)
-        code = eval_main(["--config", str(cfg_file)])
-        if code:
-            raise ConfigError(f"sweep: the eval run for {param}={value!r} failed (exit {code}); see {run_dir}")
-        results = json.loads((run_dir / "results.json").read_text())
-        runs.append({"value": value, "output_dir": str(run_dir), "results": results["results"]})
+
+    def checks() -> list[tuple[Any, Path, dict[str, Any]]]:  # every run's config (keys, values, tasks, models, ...)
+        configs = []
+        for value in values:
+            run_dir = out / f"{param}={_label(value)}"
+            cfg = set_path(base, param, value)
+            cfg["output_dir"] = str(run_dir)
+            check_run_config(cfg, f"--param {param}={value!r}")
+            configs.append((value, run_dir, cfg))
+        return configs
+
+    with write_after_checks(out, checks) as configs:
+        runs = []
+        for value, run_dir, cfg in configs:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            cfg_file = atomic_write_text(run_dir / "sweep_config.yaml", yaml.safe_dump(cfg, sort_keys=False))
+            logger.info("sweep %s = %r -> %s", param, value, run_dir)
+            code = eval_main(["--config", str(cfg_file)])
+            if code:
+                raise ConfigError(f"sweep: the eval run for {param}={value!r} failed (exit {code}); see {run_dir}")
+            results = json.loads((run_dir / "results.json").read_text())
+            runs.append({"value": value, "output_dir": str(run_dir), "results": results["results"]})
+        return _finish(out, path, param, values, base, overrides, runs, metrics, plots)
+
+
+def check_run_config(cfg: dict[str, Any], what: str) -> None:
+    """Parse one run's eval config and run the eval's own checks on it (:func:`metamod.evaluate.harness.check_eval`),
+    writing nothing; an error names ``what`` (the swept value), not a generated file."""
+    from metamod.config import parse_config
+    from metamod.evaluate.config import EvalConfig
+    from metamod.evaluate.harness import check_eval
+    from metamod.memory import MemoryConfig
+
+    with tempfile.TemporaryDirectory(prefix="metamod-sweep-check-") as folder:
+        cfg_file = Path(folder) / "sweep_config.yaml"
+        cfg_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        try:
+            config, memory_config = parse_config([EvalConfig, MemoryConfig], ["--config", str(cfg_file)])
+            check_eval(config, memory_config)
+        except Exception as err:
+            message = anticipated_message(err)
+            if message is None:  # a bug: keep its traceback
+                raise
+            message = message.replace(f" in {cfg_file}", "").replace(str(cfg_file), "the config")
+            raise ConfigError(f"{what}: {message}") from None
+
+
+def _finish(out, path, param, values, base, overrides, runs, metrics, plots) -> dict[str, Any]:
+    """Write ``sweep.json`` and the plots (``out`` locked)."""
     document = {
         "param": param,
         "values": values,
@@ -171,9 +207,16 @@ def write_sweep_plot(document: dict[str, Any], metric: str, path: Path) -> Path 
     return path
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one-line :class:`ConfigError`s (exit 2 through the dispatcher, no usage block)."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{message} (see `metamod sweep --help`)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``metamod sweep --config x.yaml --param a.b --values v1 v2 ... [--set k=v] [--output_dir d]``."""
-    parser = argparse.ArgumentParser(prog="metamod sweep", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="metamod sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="The eval config (YAML) every run starts from.")
     parser.add_argument("--param", required=True, help="Dotted path of the setting to vary.")
     parser.add_argument("--values", nargs="+", required=True, help="The values (YAML each).")

@@ -59,7 +59,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from metamod.errors import load_json, load_npz
+from metamod.errors import InputError, load_json, load_npz
 from metamod.files import atomic_write_json
 from metamod.prompts import render
 from metamod.tasks.base import Example
@@ -526,21 +526,7 @@ class BaseMemory(ABC):
     def load(self, folder: str | os.PathLike) -> None:
         folder = Path(folder)
         path = folder / MANIFEST
-        if not path.is_file():
-            what = "a file, not a folder" if folder.is_file() else "missing"
-            raise FileNotFoundError(
-                f"memory state {folder} is {what}: expected a folder with {MANIFEST} (written by memory.save)"
-            )
-        payload = load_json(path, what="metamod memory manifest (a JSON object)")
-        if not isinstance(payload, dict) or payload.get("format") != FILE_FORMAT:
-            raise ValueError(f"{path} is not a metamod memory manifest (expected 'format': {FILE_FORMAT!r})")
-        if payload.get("version") != FILE_VERSION:
-            raise ValueError(f"{path} has memory version {payload.get('version')!r}; this metamod reads {FILE_VERSION}")
-        if payload.get("memory") != self.name:
-            raise ValueError(
-                f"{path} holds a {payload.get('memory')!r} memory but this is {self.name!r}; "
-                f"set memory: {payload.get('memory')} to load it"
-            )
+        payload = read_manifest(folder, self.name)
         saved_config = payload.get("config") or {}
         current = self.config_dict()
         changed = sorted(k for k in set(saved_config) | set(current) if saved_config.get(k) != current.get(k))
@@ -565,14 +551,52 @@ class BaseMemory(ABC):
         except (TypeError, ValueError) as err:
             raise ValueError(f"{path}: memory state is malformed: {err}") from err
         self.load_state_dict(payload.get("state") or {})
-        array_file = payload.get("arrays")
-        if array_file:
-            array_path = folder / str(array_file)
-            if not array_path.is_file():
-                raise FileNotFoundError(f"{path} names array file {array_file!r}, which is missing from {folder}")
-            self.load_array_state(load_npz(array_path, what="memory arrays"))
-        else:
-            self.load_array_state({})
+        self.load_array_state(read_arrays(folder, payload))
+
+
+def read_manifest(folder: str | os.PathLike, name: str) -> dict[str, Any]:
+    """The manifest of a saved memory folder, checked: it exists, is a metamod memory of this version, and holds a
+    ``name`` memory. Every problem is one error naming the file and what was expected."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        what = (
+            "a file, not a folder" if folder.is_file() else "missing" if not folder.exists() else f"without {MANIFEST}"
+        )
+        raise FileNotFoundError(
+            f"memory state {folder} is {what}: expected a folder with {MANIFEST} (written by memory.save)"
+        )
+    payload = load_json(path, what="metamod memory manifest (a JSON object)")
+    if not isinstance(payload, dict) or payload.get("format") != FILE_FORMAT:
+        raise InputError(f"{path} is not a metamod memory manifest (expected 'format': {FILE_FORMAT!r})")
+    if payload.get("version") != FILE_VERSION:
+        raise InputError(f"{path} has memory version {payload.get('version')!r}; this metamod reads {FILE_VERSION}")
+    if payload.get("memory") != name:
+        raise InputError(
+            f"{path} holds a {payload.get('memory')!r} memory but this is {name!r}; set memory: {payload.get('memory')} "
+            "to load it"
+        )
+    return payload
+
+
+def read_arrays(folder: str | os.PathLike, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The arrays a manifest names (``{}`` when none), read now."""
+    array_file = payload.get("arrays")
+    if not array_file:
+        return {}
+    array_path = Path(folder) / str(array_file)
+    if not array_path.is_file():
+        raise FileNotFoundError(
+            f"{Path(folder) / MANIFEST} names array file {array_file!r}, which is missing from {folder}"
+        )
+    return load_npz(array_path, what="memory arrays")
+
+
+def check_saved_memory(folder: str | os.PathLike, name: str) -> None:
+    """Everything :meth:`BaseMemory.load` reads from ``folder`` for a ``name`` memory, read and checked without
+    building the memory (or its LLM): what ``eval --memory_path`` runs before it writes anything."""
+    payload = read_manifest(folder, name)
+    read_arrays(folder, payload)
 
 
 def _json_safe(value: Any) -> Any:

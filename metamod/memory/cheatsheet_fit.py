@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from metamod.config import ConfigError, check_output_dir, parse_config
-from metamod.files import FolderLock, check_unlocked
+from metamod.files import write_after_checks
 from metamod.memory.corpus import FITTED_MANIFEST, read_behaviours, read_embeddings, write_fitted
 
 logger = logging.getLogger(__name__)
@@ -68,18 +68,20 @@ def fit_cheatsheet(config: FitCheatsheetConfig) -> dict[str, Any]:
 
     source = Path(config.behaviours)
     out = Path(config.output_dir)
-    # ---- everything it will read, checked before the folder is locked or written (docs/contracts.md)
-    check_unlocked(out)
-    if (out / FITTED_MANIFEST).is_file() and not config.overwrite:
-        raise FileExistsError(f"{out} already holds a fitted corpus; pass --overwrite true to replace it")
-    check_output_dir(out)
-    hdp = _built("hdp_params", HDPGMM, {"seed": config.seed, **config.hdp_params})
-    options = _built("projector_options", ProjectorOptions, {"seed": config.seed, **config.projector_options})
-    behaviours = read_behaviours(source)
-    if len(behaviours) < 2:
-        raise ValueError(f"{source} has {len(behaviours)} behaviour(s); fitting needs at least 2")
-    raw, queries, embedder = read_embeddings(source.parent if source.is_file() else source, len(behaviours))
-    with FolderLock(out):
+
+    def checks() -> tuple:  # everything it will read, before the folder is locked or written (docs/contracts.md)
+        if (out / FITTED_MANIFEST).is_file() and not config.overwrite:
+            raise FileExistsError(f"{out} already holds a fitted corpus; pass --overwrite true to replace it")
+        check_output_dir(out)
+        hdp = _built("hdp_params", HDPGMM, {"seed": config.seed, **config.hdp_params})
+        options = _built("projector_options", ProjectorOptions, {"seed": config.seed, **config.projector_options})
+        behaviours = read_behaviours(source)
+        if len(behaviours) < 2:
+            raise ValueError(f"{source} has {len(behaviours)} behaviour(s); fitting needs at least 2")
+        raw, queries, embedder = read_embeddings(source.parent if source.is_file() else source, len(behaviours))
+        return behaviours, raw, queries, embedder, hdp, options
+
+    with write_after_checks(out, checks) as (behaviours, raw, queries, embedder, hdp, options):
         return _fit(config, source, out, behaviours, raw, queries, embedder, hdp, options)
 
 

@@ -46,7 +46,7 @@ from metamod.config import (
     resume_settings,
     save_resolved_config,
 )
-from metamod.files import FolderLock, JsonlWriter, atomic_write_json, check_unlocked, iter_jsonl, path_signature
+from metamod.files import JsonlWriter, atomic_write_json, iter_jsonl, path_signature, write_after_checks
 from metamod.llm.base import Generator, SamplingConfig
 from metamod.memory import mining
 from metamod.tasks import load_task
@@ -508,19 +508,20 @@ def mine_behaviours(config: MineConfig, *, generator: Generator | None = None) -
     output_dir = Path(config.output_dir)
     mined_path = output_dir / MINED_FILE
     settings = mine_settings(config)
-    # ---- checks that write nothing
-    check_unlocked(output_dir)
-    outputs = mined_path.is_file()
-    if not config.overwrite:
-        check_fingerprint(output_dir, settings, outputs=outputs, command="mine-behaviours", what="mined behaviours")
-    questions = load_questions(config)
-    done = {} if config.overwrite else read_mined(mined_path)
-    todo = [(b, [q for q in batch if q.id not in done]) for b, batch in _batches(questions, config.batch_size)]
-    todo = [(b, batch) for b, batch in todo if batch]
-    if todo and generator is None:
-        generator = build_mining_generator(config)
-    # ---- the folder is ours from here on
-    with FolderLock(output_dir):
+
+    def checks() -> tuple:  # write nothing
+        if not config.overwrite:
+            outputs = mined_path.is_file()
+            check_fingerprint(output_dir, settings, outputs=outputs, command="mine-behaviours", what="mined behaviours")
+        questions = load_questions(config)
+        done = {} if config.overwrite else read_mined(mined_path)
+        todo = [(b, [q for q in batch if q.id not in done]) for b, batch in _batches(questions, config.batch_size)]
+        todo = [(b, batch) for b, batch in todo if batch]
+        model = build_mining_generator(config) if todo and generator is None else generator  # a bad model: now
+        return questions, done, todo, model
+
+    # ---- the folder is ours once every check passed
+    with write_after_checks(output_dir, checks) as (questions, done, todo, generator):
         if config.overwrite:
             _clear(output_dir)
         record_fingerprint(output_dir, settings, command="mine-behaviours")

@@ -262,6 +262,17 @@ def check_memory_options(config: MemoryConfig, names: list[str]) -> None:
                 )
 
 
+def check_memory_path(config: MemoryConfig, names: list[str]) -> None:
+    """``memory_path`` (a warm start), read and checked for every memory in use (``names``) before anything is
+    written: a missing or corrupt folder, another memory kind or a broken array file is one clear error."""
+    if not config.memory_path:
+        return
+    from metamod.memory.base import check_saved_memory
+
+    for name in dict.fromkeys(n for n in names if n not in (None, "none")):
+        check_saved_memory(config.memory_path, name)
+
+
 def memory_llm_sampling(config: MemoryConfig, seed: int) -> Any:
     """The memory LLM's decoding for one evaluation seed."""
     from metamod.llm.base import SamplingConfig

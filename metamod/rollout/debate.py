@@ -81,6 +81,38 @@ class DebateStats:
             while len(series) <= t:
                 series.append(0)
 
+    def add_trace(self, trace: dict[str, Any], grades: dict | None = None) -> None:
+        """Count a finished trace as the engine counted it while running it (everything but calls and time):
+        what ``summary.json`` is rebuilt from, over the whole traces file, after a resumed run.
+
+        >>> from metamod.rollout.traces import example_trace
+        >>> stats = DebateStats(); stats.add_trace(example_trace())
+        >>> stats.questions, stats.responses, stats.correct_by_round, stats.eta.eta_rate_by_round()
+        (1, 2, [1], [1.0])
+        """
+        grades = {} if grades is None else grades
+        self.questions += 1
+        self.stop_reasons[trace["stop_reason"]] = self.stop_reasons.get(trace["stop_reason"], 0) + 1
+        for rnd in trace["rounds"]:
+            t = rnd["round"]
+            self._grow(t)
+            self.debate_rounds += 1
+            self.eta.add((trace["id"], trace.get("index")), t, rnd["eta"])
+            for response in rnd["responses"]:
+                key = (response.get("answer"), trace["gold"], trace.get("kind"), _hashable(trace.get("choices")))
+                if key not in grades:
+                    answer = response.get("answer")
+                    grades[key] = answer is not None and is_equivalent(
+                        answer, trace["gold"], trace.get("kind"), trace.get("choices")
+                    )
+                self.responses += 1
+                self.prompt_tokens += int(response.get("prompt_tokens") or 0)
+                self.completion_tokens += int(response.get("completion_tokens") or 0)
+                self.trimmed += int(bool(response.get("trimmed")))
+                self.too_long += int(bool(response.get("prompt_too_long")))
+                self.correct_by_round[t] += int(grades[key])
+                self.responses_by_round[t] += 1
+
     def summary(self) -> dict[str, Any]:
         """A JSON-ready summary: totals, throughput, eta rate and agent accuracy per round, coverage."""
 
@@ -108,6 +140,10 @@ class DebateStats:
             "coverage": self.eta.coverage(),
             "stop_reasons": dict(self.stop_reasons),
         }
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _group_labels(groups: list[DebaterGroup]) -> list[str]:

@@ -129,6 +129,27 @@ class MROStats:
     def _count(self, role: str, code: str) -> None:
         self.parse[role][code] = self.parse[role].get(code, 0) + 1
 
+    def add_trace(self, trace: dict[str, Any]) -> None:
+        """Count a finished MRO trace as the engine counted it while running it (everything but calls and time):
+        what ``summary.json`` is rebuilt from, over the whole traces file, after a resumed run."""
+        self.questions += 1
+        self.final_correct += int(trace.get("final_correct") or 0)
+        self.statuses[trace["status"]] = self.statuses.get(trace["status"], 0) + 1
+        for role, counts in (trace.get("tokens") or {}).items():
+            if role in self.tokens:
+                self.tokens[role]["prompt"] += int(counts.get("prompt", 0))
+                self.tokens[role]["completion"] += int(counts.get("completion", 0))
+        for record in trace.get("history", []):
+            k = int(record["iteration"])
+            while len(self.actions_by_iteration) < k:
+                self.actions_by_iteration.append(dict.fromkeys(ACTION_NAMES.values(), 0))
+            for role in ROLES:
+                self._count(role, str(record.get(role, {}).get("parse")))
+            self.iterations += 1
+            self.eta.add((trace["id"], trace.get("index")), k - 1, int(record["eta"]))
+            action = record.get("controller", {}).get("action_name")
+            self.actions_by_iteration[k - 1][action] = self.actions_by_iteration[k - 1].get(action, 0) + 1
+
 
 def _new_trace(item: DebateItem, roles: dict, max_iterations: int, simulated: bool) -> dict:
     ex = item.example

@@ -39,6 +39,7 @@ from metamod.config import (
     save_resolved_config,
     settings_fingerprint,
 )
+from metamod.errors import InputError
 from metamod.files import LOCK_FILE, FolderLock, atomic_write_json, check_unlocked, path_signature
 from metamod.rollout.debate import DebateItem, DebateStats, run_debates
 from metamod.rollout.debater_factory import DebaterSpec, build_debater_groups
@@ -48,6 +49,7 @@ from metamod.rollout.traces import (
     TraceWriter,
     check_shard_args,
     in_shard,
+    read_traces,
     shard_filename,
 )
 from metamod.tasks import TaskConfig
@@ -334,7 +336,26 @@ def rollout_settings(
     signatures = _model_signatures(config)
     if signatures:
         settings["model_signatures"] = signatures
+    task_files = task_file_signatures(config.task_configs(task_config))
+    if task_files:  # an edited local task file is other settings: its traces hold the old questions and gold
+        settings["task_file_signatures"] = task_files
     return resolve_local_paths(settings)
+
+
+def task_file_signatures(task_configs: list[TaskConfig]) -> dict[str, str]:
+    """``{absolute path: content signature}`` of the local data files the tasks read (``task_data_files``, and a
+    ``task_path`` that is a local file or folder); Hub datasets have none.
+
+    >>> task_file_signatures([TaskConfig(task="arith")])
+    {}
+    """
+    out = {}
+    for task_config in task_configs:
+        for path in (task_config.task_data_files, task_config.task_path):
+            signature = path_signature(path) if path else None
+            if signature is not None:
+                out[str(Path(path).expanduser().absolute())] = signature
+    return out
 
 
 def _has_traces(output_dir: Path) -> bool:
@@ -405,6 +426,12 @@ def _check_tasks(task_configs: list[TaskConfig]) -> None:
     for task_config in task_configs:
         task = task_config.load()
         first = next(iter(task.examples()), None)
+        if first is None:  # eval refuses the same: nothing to debate, and an empty traces file would be written
+            source = task_config.task_data_files or task_config.task_path
+            raise InputError(
+                f"task {task_config.task!r} has no usable question{f' in {source}' if source else ''} (rows need a "
+                "question and a gold answer; check the column options and task_limit); expected at least one"
+            )
         kinds[task_config.task] = getattr(first, "kind", None)
     preflight_code_tasks(kinds)
 
@@ -458,9 +485,9 @@ def rollout(
     check_unlocked(output_dir, name=lock_name(config))
     if traces_path.exists() and not config.resume and not config.overwrite:
         raise ConfigError(f"{traces_path} exists; set resume=true to continue it or overwrite=true to start over")
+    _check_tasks(task_configs)  # first: a broken task file is named as such, not as "other settings"
     if not config.overwrite:
         _check_resume(output_dir, rollout_settings(task_config, config, sim_config, mro_sim_config), overwrite=False)
-    _check_tasks(task_configs)
     if config.tiny_model_dir:
         from metamod.llm.tiny import ensure_tiny_model
 
@@ -539,30 +566,58 @@ def _run(
         raise
     finally:
         writer.close()
+        this_run = {**stats.summary(), "skipped_done": len(done), "interrupted": interrupted}
         summary = {
             "loop": config.loop,
             "simulated": config.is_simulated() if config.loop == "debate" else debaters.simulated,
             "traces_file": str(traces_path),
-            "skipped_done": len(done),
-            "interrupted": interrupted,
-            **stats.summary(),
+            **file_statistics(traces_path, config.loop),
             "total_traces": len(writer.done_ids),
+            "this_run": this_run,
         }
         suffix = "" if config.num_shards == 1 else f".shard-{config.shard_index}-of-{config.num_shards}"
         atomic_write_json(output_dir / f"summary{suffix}.json", summary, indent=2, sort_keys=False)
     return summary
 
 
+#: summary keys about one invocation (time, batched calls): only in ``this_run``
+RUN_ONLY_KEYS = frozenset(
+    ("elapsed_s", "questions_per_s", "debate_rounds_per_s", "instances_per_s", "tokens_per_s", "calls_per_backend",
+     "calls_per_role")
+)  # fmt: skip
+
+
+def file_statistics(traces_path: Path, loop: str) -> dict[str, Any]:
+    """The statistics of every trace in ``traces_path`` (whatever runs and resumes wrote them), counted as the
+    engine counts them live; the per-invocation keys (:data:`RUN_ONLY_KEYS`) are left to ``this_run``."""
+    if loop == "mro":
+        from metamod.rollout.mro import MROStats
+
+        stats: Any = MROStats()
+        add = stats.add_trace
+    else:
+        stats, grades = DebateStats(), {}
+
+        def add(trace: dict[str, Any]) -> None:
+            stats.add_trace(trace, grades)
+
+    if traces_path.is_file():
+        for trace in read_traces(traces_path, validate=False):
+            add(trace)
+    return {k: v for k, v in stats.summary().items() if k not in RUN_ONLY_KEYS}
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
+    run = summary["this_run"]
     if summary.get("loop") == "mro":
         label = " (simulated roles)" if summary["simulated"] else ""
         print(
-            f"rollout mro{label}: {summary['questions']} new instances ({summary['skipped_done']} already done) "
-            f"-> {summary['traces_file']}"
+            f"rollout mro{label}: {run['questions']} new instances ({run['skipped_done']} already done; "
+            f"{summary['questions']} in the file) -> {summary['traces_file']}"
         )
         print(
             f"  accuracy {summary['accuracy']}, mean iterations {summary['mean_iterations']}, "
-            f"{summary['tokens_per_instance']} tokens/instance, {summary['instances_per_s']} instances/s"
+            f"{summary['tokens_per_instance']} tokens/instance, {run['instances_per_s']} instances/s"
         )
         print(f"  candidate accuracy by iteration {summary['candidate_accuracy_by_iteration']}")
         print(f"  action shares by iteration      {summary['action_shares_by_iteration']}")
@@ -570,16 +625,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
         return
     label = " (simulated debaters)" if summary["simulated"] else ""
     print(
-        f"rollout{label}: {summary['questions']} new debates ({summary['skipped_done']} already done) "
-        f"-> {summary['traces_file']}"
+        f"rollout{label}: {run['questions']} new debates ({run['skipped_done']} already done; {summary['questions']} "
+        f"in the file) -> {summary['traces_file']}"
     )
     print(
         f"  debate-rounds {summary['debate_rounds']}, tokens {summary['prompt_tokens'] + summary['completion_tokens']}"
-        f", {summary['questions_per_s']} q/s, {summary['tokens_per_s']} tok/s"
+        f", this run {run['questions_per_s']} q/s, {run['tokens_per_s']} tok/s"
     )
     print(f"  eta rate by round  {summary['eta_rate_by_round']}")
     print(f"  agent accuracy     {summary['agent_accuracy_by_round']}")
-    print(f"  coverage           {summary['coverage']}   calls {summary['calls_per_backend']}")
+    print(f"  coverage           {summary['coverage']}   calls {run['calls_per_backend']}")
     if summary.get("trimmed_prompts") or summary.get("prompts_too_long"):
         print(
             f"  prompt budget      {summary.get('trimmed_prompts', 0)} prompt(s) cut to fit, "

@@ -34,7 +34,7 @@ from typing import Any
 
 from metamod.config import ConfigError, check_fingerprint, parse_config, save_resolved_config
 from metamod.errors import InputError, load_json
-from metamod.files import FolderLock, atomic_write_json, check_unlocked
+from metamod.files import atomic_write_json, write_after_checks
 from metamod.rollout.mro_snapshots import mro_snapshot_rows
 from metamod.rollout.mro_traces import is_mro_trace
 from metamod.rollout.state import moderator_messages
@@ -254,95 +254,99 @@ def build_dataset(
         keep_agents=keep_agents,
         source=source,
     )
-    if output_dir is not None:  # another writer or other settings: fail before reading the traces
-        check_unlocked(output_dir)
-        if not overwrite:
+
+    def read() -> tuple[Any, dict[str, Any]]:  # every trace read and checked; nothing written
+        if output_dir is not None and not overwrite:  # other settings: fail before reading the traces
             _check_dataset_resume(Path(output_dir), options, files, overwrite=False)
-    splits: dict[str, list[dict]] = {"train": [], "validation": []}
-    seen: set[str] = set()
-    skipped: list[str] = []
-    duplicates = 0
-    trimmed_rows = 0
-    first_by_hash: tuple[float, str] | None = None
-    for path in files:
-        for number, trace in enumerate(read_traces(path, validate=False), start=1):
-            tid = str(trace.get("id", f"{path}:{number}"))
-            if (
-                not isinstance(trace.get("question"), str)
-                or not trace.get("question", "").strip()
-                or not isinstance(trace.get("gold"), str)
-                or not trace.get("gold", "").strip()
-            ):
-                skipped.append(tid)
-                continue
-            validate_trace(trace, f"{path}: trace {tid!r}")
-            if is_mro_trace(trace) != (source == "mro"):
-                kind, flag = ("an MRO", "--source mro") if is_mro_trace(trace) else ("a debate", "--source debate")
-                raise InputError(
-                    f"{path}:{number}: trace {tid!r} is {kind} trace but source is {source!r}; expected {source} "
-                    f"traces (build {kind.split()[-1]} rows with {flag}, from a separate traces file)"
-                )
-            if tid in seen:
-                duplicates += 1
-                continue
-            seen.add(tid)
-            split = "validation" if is_validation(tid, fraction=validation_fraction, seed=seed) else "train"
-            if source == "mro":
-                rows = mro_snapshot_rows(trace, max_rounds=max_rounds, single_template=single_template)
-            else:
-                rows = snapshot_rows(
-                    trace, max_rounds=max_rounds, single_template=single_template, keep_agents=keep_agents
-                )
-            if keep_agents is not None:
-                trimmed_rows += sum(len(r["responses"]) > keep_agents for r in trace["rounds"][: len(rows)])
-            splits[split].extend(rows)
-            key = (_unit_hash(tid, seed), tid)
-            if first_by_hash is None or key < first_by_hash:
-                first_by_hash = key
-    if skipped:
-        logger.warning("skipped %d trace(s) without question or gold: %s", len(skipped), ", ".join(skipped[:20]))
-    if duplicates:
-        logger.warning("dropped %d duplicate trace id(s) across inputs", duplicates)
-    if trimmed_rows:
-        logger.info("kept the first %d agents' responses (eta re-graded) in %d row(s)", keep_agents, trimmed_rows)
-    if not seen:
-        why = f"{len(skipped)} without question or gold" if skipped else "the file(s) are empty"
-        raise InputError(
-            f"{', '.join(str(p) for p in files)}: 0 usable traces ({why}); expected at least 1 debate trace: run "
-            "`metamod rollout` first (or point --traces at its traces.jsonl)"
+        splits: dict[str, list[dict]] = {"train": [], "validation": []}
+        seen: set[str] = set()
+        skipped: list[str] = []
+        duplicates = 0
+        trimmed_rows = 0
+        first_by_hash: tuple[float, str] | None = None
+        for path in files:
+            for number, trace in enumerate(read_traces(path, validate=False), start=1):
+                tid = str(trace.get("id", f"{path}:{number}"))
+                if (
+                    not isinstance(trace.get("question"), str)
+                    or not trace.get("question", "").strip()
+                    or not isinstance(trace.get("gold"), str)
+                    or not trace.get("gold", "").strip()
+                ):
+                    skipped.append(tid)
+                    continue
+                validate_trace(trace, f"{path}:{number}: trace {tid!r}")
+                if is_mro_trace(trace) != (source == "mro"):
+                    kind, flag = ("an MRO", "--source mro") if is_mro_trace(trace) else ("a debate", "--source debate")
+                    raise InputError(
+                        f"{path}:{number}: trace {tid!r} is {kind} trace but source is {source!r}; expected {source} "
+                        f"traces (build {kind.split()[-1]} rows with {flag}, from a separate traces file)"
+                    )
+                if tid in seen:
+                    duplicates += 1
+                    continue
+                seen.add(tid)
+                split = "validation" if is_validation(tid, fraction=validation_fraction, seed=seed) else "train"
+                if source == "mro":
+                    rows = mro_snapshot_rows(trace, max_rounds=max_rounds, single_template=single_template)
+                else:
+                    rows = snapshot_rows(
+                        trace, max_rounds=max_rounds, single_template=single_template, keep_agents=keep_agents
+                    )
+                if keep_agents is not None:
+                    trimmed_rows += sum(len(r["responses"]) > keep_agents for r in trace["rounds"][: len(rows)])
+                splits[split].extend(rows)
+                key = (_unit_hash(tid, seed), tid)
+                if first_by_hash is None or key < first_by_hash:
+                    first_by_hash = key
+        if skipped:
+            logger.warning("skipped %d trace(s) without question or gold: %s", len(skipped), ", ".join(skipped[:20]))
+        if duplicates:
+            logger.warning("dropped %d duplicate trace id(s) across inputs", duplicates)
+        if trimmed_rows:
+            logger.info("kept the first %d agents' responses (eta re-graded) in %d row(s)", keep_agents, trimmed_rows)
+        if not seen:
+            why = f"{len(skipped)} without question or gold" if skipped else "the file(s) are empty"
+            raise InputError(
+                f"{', '.join(str(p) for p in files)}: 0 usable traces ({why}); expected at least 1 debate trace: run "
+                "`metamod rollout` first (or point --traces at its traces.jsonl)"
+            )
+        # tiny sets: keep at least one validation question when a validation split was asked for
+        if validation_fraction > 0 and not splits["validation"] and len(seen) >= 2 and first_by_hash is not None:
+            moved = first_by_hash[1]
+            splits["validation"] = [r for r in splits["train"] if r["id"] == moved]
+            splits["train"] = [r for r in splits["train"] if r["id"] != moved]
+        features = dataset_features()
+        dataset = DatasetDict(
+            {
+                name: Dataset.from_list(rows, features=features)
+                if rows
+                else Dataset.from_dict({c: [] for c in features}, features=features)
+                for name, rows in splits.items()
+            }
         )
-    # tiny sets: keep at least one validation question when a validation split was asked for
-    if validation_fraction > 0 and not splits["validation"] and len(seen) >= 2 and first_by_hash is not None:
-        moved = first_by_hash[1]
-        splits["validation"] = [r for r in splits["train"] if r["id"] == moved]
-        splits["train"] = [r for r in splits["train"] if r["id"] != moved]
-    features = dataset_features()
-    dataset = DatasetDict(
-        {
-            name: Dataset.from_list(rows, features=features)
-            if rows
-            else Dataset.from_dict({c: [] for c in features}, features=features)
-            for name, rows in splits.items()
+        all_rows = splits["train"] + splits["validation"]
+        eta = eta_tally(all_rows)
+        summary = {
+            "questions": eta.questions,
+            "rows": {name: len(rows) for name, rows in splits.items()},
+            "questions_by_split": {name: len({r["id"] for r in rows}) for name, rows in splits.items()},
+            "eta_rate_by_round": eta.eta_rate_by_round(),
+            "coverage": eta.coverage(),
+            "simulated": any(r["simulated"] for r in all_rows),
+            "skipped_ids": skipped,
+            "duplicates": duplicates,
+            "sources": [str(p) for p in files],
+            "rows_with_agents_dropped": trimmed_rows,
+            "options": options,
         }
-    )
-    all_rows = splits["train"] + splits["validation"]
-    eta = eta_tally(all_rows)
-    summary = {
-        "questions": eta.questions,
-        "rows": {name: len(rows) for name, rows in splits.items()},
-        "questions_by_split": {name: len({r["id"] for r in rows}) for name, rows in splits.items()},
-        "eta_rate_by_round": eta.eta_rate_by_round(),
-        "coverage": eta.coverage(),
-        "simulated": any(r["simulated"] for r in all_rows),
-        "skipped_ids": skipped,
-        "duplicates": duplicates,
-        "sources": [str(p) for p in files],
-        "rows_with_agents_dropped": trimmed_rows,
-        "options": options,
-    }
-    if output_dir is not None:
+        return dataset, summary
+
+    if output_dir is None:
+        dataset, summary = read()
+    else:
         output_dir = Path(output_dir)
-        with FolderLock(output_dir):
+        with write_after_checks(output_dir, read) as (dataset, summary):
             _check_dataset_resume(output_dir, options, files, overwrite=overwrite, record=True)
             # one shard even for an empty split: datasets writes no file for 0 shards and cannot load it back
             dataset.save_to_disk(

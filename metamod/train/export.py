@@ -2,7 +2,7 @@
 merged full weights, and an optional upload to the Hugging Face Hub (the upload itself: :mod:`metamod.train.hub`).
 
 Everything is checked before any work starts: the adapter folder (or the checkpoint to pick inside a training run)
-and its weights (:func:`metamod.train.adapter_files.check_adapter`: the safetensors header reads, the tensor names
+and its weights (:func:`metamod.llm.adapter_files.check_adapter`: the safetensors header reads, the tensor names
 are the LoRA A/B pairs of the configured target modules, the shapes carry the configured rank, the values are
 finite), the base model, the results file, the dataset, the output folder and, for an upload, the Hub token and network mode. The export is
 written into a hidden sibling folder and renamed into place at the end, so a failure (a merge that runs out of
@@ -22,11 +22,11 @@ ValueError: push_to_hub needs repo_id (e.g. --repo_id your-org/meta-moderator)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,8 +36,8 @@ from typing import Any
 import yaml
 
 from metamod.config import ConfigError
-from metamod.files import atomic_write_json
-from metamod.train.adapter_files import (  # noqa: F401 (checkpoint_step, list_checkpoints: the old import path)
+from metamod.files import FolderLock, atomic_write_json, write_after_checks
+from metamod.llm.adapter_files import (  # noqa: F401 (checkpoint_step, list_checkpoints: the old import path)
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     ADAPTER_WEIGHTS_BIN,
@@ -442,8 +442,8 @@ def export_adapter(
             Hub token.
         FileNotFoundError, FileExistsError, ValueError: see the checks in docs/export.md.
     """
-    from metamod.evaluate.results import load_results, results_labels, results_simulated
-    from metamod.train.model_card import build_model_card, dataset_statistics
+    from metamod.evaluate.results import load_results
+    from metamod.train.model_card import dataset_statistics
 
     merge = merge or merge_only
     # ---- validate everything before writing anything
@@ -474,9 +474,39 @@ def export_adapter(
             "--base_model <hub id> when the base is on the Hub.", base, repo_id
         )  # fmt: skip
     output_dir = Path(output_dir)
-    _check_output(output_dir, adapter_dir, overwrite)
+    lock = export_lock(output_dir)
+    # ---- write into a hidden sibling folder, renamed to output_dir once complete; one exporter per output_dir
+    with write_after_checks(lock, lambda: _check_output(output_dir, adapter_dir, overwrite)):
+        _check_output(output_dir, adapter_dir, overwrite)  # another exporter may have finished meanwhile
+        _write_export(
+            output_dir, adapter_dir, adapter_config, base, base_model, card_base, card_base_is_local, merge,
+            merge_only, merge_dtype, train_config, config_path, train_summary, summary_path, results_path, results,
+            stats, repo_id, license,
+        )  # fmt: skip
+    logger.info("Exported %s -> %s", adapter_dir, output_dir)
+    return output_dir
 
-    # ---- write into a hidden sibling folder, renamed to output_dir once complete
+
+def export_lock(output_dir: Path) -> FolderLock:
+    """The lock of one export target, a file in the system temp dir named by the target's absolute path (the
+    target is renamed into place, so it cannot hold its own lock file, and nothing is left beside it).
+
+    >>> export_lock(Path("/runs/out")).name == export_lock(Path("/runs/../runs/out")).name
+    True
+    """
+    key = hashlib.sha256(os.path.abspath(output_dir).encode()).hexdigest()[:16]
+    return FolderLock(Path(tempfile.gettempdir()), name=f"metamod-export-{key}.lock", label=str(output_dir))
+
+
+def _write_export(
+    output_dir, adapter_dir, adapter_config, base, base_model, card_base, card_base_is_local, merge, merge_only,
+    merge_dtype, train_config, config_path, train_summary, summary_path, results_path, results, stats, repo_id,
+    license,
+) -> None:  # fmt: skip
+    """Build the export in a hidden sibling folder and rename it to ``output_dir`` (see :func:`export_adapter`)."""
+    from metamod.evaluate.results import results_labels, results_simulated
+    from metamod.train.model_card import build_model_card
+
     staging = _staging_dir(output_dir)
     try:
         merged_dir = None
@@ -518,8 +548,6 @@ def export_adapter(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    logger.info("Exported %s -> %s", adapter_dir, output_dir)
-    return output_dir
 
 
 def _token_in_use() -> str | None:
@@ -538,32 +566,29 @@ def main(argv: list[str] | None = None) -> int:
 
     (cfg,) = parse_config([ExportConfig], argv, prog="metamod export")
     cfg.check_required()
-    try:
-        if cfg.push_to_hub and not cfg.dry_run:
-            check_hub_ready()  # before any (possibly long) merge
-        out = export_adapter(
-            cfg.adapter,
-            cfg.output_dir,
-            checkpoint=cfg.checkpoint,
-            base_model=cfg.base_model,
-            merge=cfg.merge,
-            merge_only=cfg.merge_only,
-            merge_dtype=cfg.merge_dtype,
-            results_path=cfg.results,
-            dataset_path=cfg.dataset_path,
-            repo_id=cfg.repo_id if cfg.push_to_hub else None,
-            license=cfg.license,
-            overwrite=cfg.overwrite,
+    if cfg.push_to_hub and not cfg.dry_run:
+        check_hub_ready()  # before any (possibly long) merge
+    # errors go to the dispatcher: one line, exit 2 (docs/contracts.md)
+    out = export_adapter(
+        cfg.adapter,
+        cfg.output_dir,
+        checkpoint=cfg.checkpoint,
+        base_model=cfg.base_model,
+        merge=cfg.merge,
+        merge_only=cfg.merge_only,
+        merge_dtype=cfg.merge_dtype,
+        results_path=cfg.results,
+        dataset_path=cfg.dataset_path,
+        repo_id=cfg.repo_id if cfg.push_to_hub else None,
+        license=cfg.license,
+        overwrite=cfg.overwrite,
+    )
+    print(f"exported to {out}")
+    for name, size in upload_files(out):
+        print(f"  {human_size(size):>10}  {name}")
+    if cfg.push_to_hub:
+        result = push_to_hub(
+            out, cfg.repo_id, private=cfg.private, dry_run=cfg.dry_run, commit_message=cfg.commit_message
         )
-        print(f"exported to {out}")
-        for name, size in upload_files(out):
-            print(f"  {human_size(size):>10}  {name}")
-        if cfg.push_to_hub:
-            result = push_to_hub(
-                out, cfg.repo_id, private=cfg.private, dry_run=cfg.dry_run, commit_message=cfg.commit_message
-            )
-            print(result.describe())
-    except (HubUploadError, FileExistsError) as err:
-        print(f"metamod export: error: {err}", file=sys.stderr)
-        return 1
+        print(result.describe())
     return 0

@@ -28,10 +28,10 @@ from typing import Any
 
 from trl import GRPOConfig, ModelConfig
 
+from metamod.llm.adapter_files import check_resume_checkpoint
 from metamod.llm.tiny import TinyModelConfig
 from metamod.rewards import DEFAULT_REWARDS, get_reward_funcs, rewards_help
 from metamod.train import common
-from metamod.train.adapter_files import check_resume_checkpoint
 from metamod.train.run_folder import (
     CONFIG_FILE,
     SAMPLES_FILE,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from metamod.errors import MetamodError
-from metamod.train.adapter_files import ADAPTER_CONFIG, check_adapter
+from metamod.llm.adapter_files import ADAPTER_CONFIG, check_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def push_to_hub(
     """Upload an export folder to a Hub model repo (created if missing), after checking what it ships.
 
     Before anything is sent (and in a dry run too): an adapter in the folder must load
-    (:func:`metamod.train.adapter_files.check_adapter`), and no file may hold a Hub token (:func:`check_no_secrets`).
+    (:func:`metamod.llm.adapter_files.check_adapter`), and no file may hold a Hub token (:func:`check_no_secrets`).
 
     Args:
         folder: the export folder (from :func:`metamod.train.export.export_adapter`).

@@ -1,7 +1,7 @@
 """Adapter folders: finding the one to export (final adapter or a ``checkpoint-*``) and checking that it loads.
 
 :func:`check_adapter` is what ``metamod export`` (and :func:`metamod.train.hub.push_to_hub`) run before anything
-is copied or uploaded: ``adapter_config.json`` must parse, the weights file must read (``safetensors.safe_open``:
+is copied or uploaded, and ``metamod eval --moderator`` before its output folder is touched: ``adapter_config.json`` must parse, the weights file must read (``safetensors.safe_open``:
 header and tensors), the tensor names must be the LoRA A/B pairs of the configured ``target_modules``, the shapes
 must carry the configured rank ``r`` (or its ``rank_pattern`` override) and every value must be finite. Problems
 raise :class:`metamod.config.ConfigError` naming the file and what is wrong. :func:`check_resume_checkpoint` does
@@ -13,7 +13,6 @@ the same for the checkpoint ``metamod train --resume_from_checkpoint`` would loa
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from metamod.config import ConfigError
+from metamod.errors import InputError, load_json
 
 logger = logging.getLogger(__name__)
 
@@ -106,10 +106,12 @@ def resolve_adapter_dir(adapter: str | os.PathLike, checkpoint: str | None = Non
 def read_adapter_config(adapter_dir: Path) -> dict[str, Any]:
     """``adapter_config.json`` as a dict (a :class:`~metamod.config.ConfigError` when it is not a JSON object)."""
     path = Path(adapter_dir) / ADAPTER_CONFIG
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path} is not valid JSON: {err}") from err
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; expected the adapter's PEFT config next to its weights")
+    try:  # UTF-8 whatever the locale, the bad byte named by line and column (an ASCII locale named "ascii" here)
+        data = load_json(path, what="PEFT adapter config (a JSON object)")
+    except InputError as err:
+        raise ConfigError(str(err)) from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object, got {type(data).__name__}")
     return data
