@@ -288,3 +288,27 @@ def test_r13_an_adapter_config_that_is_not_utf8_names_the_byte_not_a_codec(tmp_p
     (tmp_path / "adapter_config.json").write_bytes(b'{"r": 4,\n "x": "\xff"}')
     with pytest.raises(Exception, match=r"adapter_config\.json:2:8: byte 0xff is not valid UTF-8"):
         read_adapter_config(tmp_path)
+
+
+def test_an_adapter_that_does_not_fit_its_base_model_is_refused_by_eval_and_export(tmp_path, capsys, tiny_model_dir):
+    """Part 2 of the issue: adapters are checked against the base model (its safetensors headers), before writing."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    adapter = tmp_path / "adapter"
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora).save_pretrained(adapter)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(adapter)
+    weights = load_file(adapter / "adapter_model.safetensors")
+    name = next(k for k in weights if k.endswith("q_proj.lora_A.weight"))
+    weights[name] = weights[name].new_zeros((weights[name].shape[0], weights[name].shape[1] + 8))  # wider input
+    save_file(weights, str(adapter / "adapter_model.safetensors"))
+    eval_out, export_out = tmp_path / "eval", tmp_path / "export"
+    argv = ["eval", "--methods", "moderator", "--limit", "2", "--seeds", "0", "--plots", "false"]
+    _fails([*argv, "--moderator", str(adapter), "--output_dir", str(eval_out)], capsys,
+           "does not fit the base model", "lora_A takes")  # fmt: skip
+    _fails(
+        ["export", "--adapter", str(adapter), "--output_dir", str(export_out)], capsys, "does not fit the base model"
+    )
+    assert not eval_out.exists() and not export_out.exists()

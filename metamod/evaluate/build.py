@@ -106,6 +106,10 @@ def resolve_models(config: EvalConfig) -> dict[str, BackendConfig]:
             if not base:
                 raise ValueError(f"adapter {config.moderator!r} records no base model; set moderator_base")
             _check_model(base, "moderator_base")
+            if Path(base).expanduser().is_dir():  # the LoRA matrices must fit the base's modules (headers only)
+                from metamod.llm.adapter_files import check_adapter_fits_base
+
+                check_adapter_fits_base(config.moderator, base)
             specs["moderator"] = _backend(
                 config.moderator_backend, base, config.moderator, config.moderator_backend_options
             )

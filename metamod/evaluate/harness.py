@@ -487,6 +487,14 @@ def _evaluate(
     wanted = {r: s for r, s in specs.items() if r in roles}
     if missing and needs_memory_llm(sorted(todo_methods), memory_config):
         wanted["memory"] = memory_llm_spec(memory_config)
+        if config.debaters == "simulated":  # R13: the one real model of a simulated run, and the slow part of it
+            logger.warning(
+                "eval: simulated debaters, but a memory in use writes with a real memory LLM (%s, %s backend): "
+                "every memory batch calls it (on a CPU the embedded SmolLM2 takes seconds per question); "
+                "methods without an LLM-writing memory do not load it",
+                memory_config.memory_model,
+                memory_config.memory_backend,
+            )
     generators = build_generators(wanted) if missing else {}
     with JsonlWriter(samples_path) as sink, JsonlWriter(output_dir / METHOD_TRACES_FILE) as trace_sink:
         for seed in config.seeds:

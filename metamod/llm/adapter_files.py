@@ -269,6 +269,74 @@ def check_adapter(adapter_dir: str | os.PathLike) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def base_weight_shapes(base_dir: str | os.PathLike) -> dict[str, tuple[int, ...]] | None:
+    """``{weight name: shape}`` of a local base model's safetensors files, from their headers only (no tensor is
+    read); None when ``base_dir`` is not a local folder of safetensors (a Hub id, an old ``.bin`` model)."""
+    from safetensors import SafetensorError, safe_open
+
+    folder = Path(base_dir).expanduser()
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        return None
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="numpy") as handle:
+                for name in handle.keys():  # noqa: SIM118 (safe_open is no dict)
+                    shapes[name] = tuple(handle.get_slice(name).get_shape())
+        except (SafetensorError, OSError, ValueError) as err:
+            raise ConfigError(f"{file}: the base model's weights do not read ({err})") from err
+    return shapes
+
+
+def base_model_problems(shapes: Mapping[str, tuple[int, ...]], base: Mapping[str, tuple[int, ...]]) -> list[str]:
+    """How the LoRA tensors ``shapes`` fail to fit the base model's weights ``base`` (``{name: shape}``): a target
+    module the base does not have, or A/B matrices whose input/output sizes differ from the module's.
+
+    >>> base = {"model.layers.0.self_attn.q_proj.weight": (64, 32)}
+    >>> ok = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": (4, 32),
+    ...       "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": (64, 4)}
+    >>> base_model_problems(ok, base)
+    []
+    >>> base_model_problems({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": (4, 48)}, base)
+    ['model.layers.0.self_attn.q_proj: lora_A takes 48 inputs, the base module 32']
+    """
+    problems = []
+    for name, shape in shapes.items():
+        for part, axis, what in ((".lora_A.weight", 1, "inputs"), (".lora_B.weight", 0, "outputs")):
+            if not name.endswith(part):
+                continue
+            module = name[: -len(part)].removeprefix("base_model.model.")
+            module = re.sub(r"\.lora_[AB]\.[^.]+$", "", module)
+            weight = base.get(f"{module}.weight")
+            if weight is None:
+                problems.append(f"{module}: no such module in the base model")
+            elif len(shape) != 2 or len(weight) != 2 or shape[axis] != weight[axis]:
+                got = shape[axis] if len(shape) == 2 else shape
+                problems.append(f"{module}: {part[1:7]} takes {got} {what}, the base module {weight[axis]}")
+    return problems
+
+
+def check_adapter_fits_base(adapter_dir: str | os.PathLike, base_dir: str | os.PathLike) -> None:
+    """Fail naming the adapter and the base model when the adapter's LoRA matrices do not fit a LOCAL base model's
+    weights (read from the safetensors headers; a Hub base is not checked here: it loads later, offline or not).
+
+    Raises:
+        ConfigError: every mismatch (at most ten listed).
+    """
+    base = base_weight_shapes(base_dir)
+    if base is None:
+        return
+    _, shapes = adapter_tensor_shapes(adapter_dir)
+    problems = base_model_problems(shapes, base)
+    if problems:
+        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise ConfigError(
+            f"adapter {adapter_dir} does not fit the base model {base_dir}: {'; '.join(problems[:10])}{more}; "
+            "pass the base it was trained on (--base_model / moderator_base)"
+        )
+
+
 # ---------------------------------------------------------------- resuming training
 
 

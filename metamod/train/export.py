@@ -42,6 +42,7 @@ from metamod.llm.adapter_files import (  # noqa: F401 (checkpoint_step, list_che
     ADAPTER_WEIGHTS,
     ADAPTER_WEIGHTS_BIN,
     check_adapter,
+    check_adapter_fits_base,
     checkpoint_step,
     list_checkpoints,
     read_adapter_config,
@@ -451,6 +452,8 @@ def export_adapter(
     adapter_config = read_adapter_config(adapter_dir)
     check_adapter(adapter_dir)
     base, base_is_local = resolve_base_model(adapter_config, base_model)
+    if base_is_local:
+        check_adapter_fits_base(adapter_dir, base)
     card_base, card_base_is_local = base, base_is_local
     embedded = embedded_model_of(base)
     if embedded is not None and base_model is None:
