@@ -41,12 +41,11 @@ MALICIOUS = [
 
 
 def _sandbox():
-    module = pytest.importorskip("metamod.sandbox")
-    if not hasattr(module, "run_function"):
-        pytest.skip("metamod.sandbox.run_function is not available yet")
-    if not module.capabilities().namespaces:
+    from metamod import sandbox
+
+    if not sandbox.capabilities().namespaces:
         pytest.skip("the sandbox needs user + network namespaces on this host")
-    return module
+    return sandbox
 
 
 @pytest.fixture
@@ -261,7 +260,6 @@ def _dsl_gold(language, tests):
 
 
 def test_deepcoder_programs_are_graded_by_the_interpreter():
-    pytest.importorskip("metamod.tasks.dsl")
     gold = _dsl_gold("deepcoder", [("[3, 1, 2]", "[1, 2, 3]"), ("[5, -1]", "[-1, 5]"), ("[2, 2, 0]", "[0, 2, 2]")])
     assert grade_code("```\na <- [int]\nb <- SORT a\n```", gold, "code_function").correct
     half = grade_code("a <- [int]\nb <- REVERSE a", gold, "code_function")
@@ -271,7 +269,6 @@ def test_deepcoder_programs_are_graded_by_the_interpreter():
 
 
 def test_robustfill_programs_are_graded_by_the_interpreter():
-    pytest.importorskip("metamod.tasks.dsl")
     gold = _dsl_gold("robustfill", [("'Hello big World'", "'World!'"), ("'a b'", "'b!'")])
     answer = '<answer>Concat(GetToken(Word, -1), ConstStr("!"))</answer>'
     assert grade_code(answer, gold, "code_function").correct

@@ -30,12 +30,11 @@ def _jsonl(path, rows):
 
 
 def _sandbox():
-    module = pytest.importorskip("metamod.sandbox")
-    if not hasattr(module, "run_function"):
-        pytest.skip("metamod.sandbox.run_function is not available yet")
-    if not module.capabilities().namespaces:
+    from metamod import sandbox
+
+    if not sandbox.capabilities().namespaces:
         pytest.skip("the sandbox needs user + network namespaces on this host")
-    return module
+    return sandbox
 
 
 CRUX_ROWS = [
@@ -269,7 +268,6 @@ def test_robustfill_and_deepcoder_columnwise_layouts(tmp_path):
 
 
 def test_dsl_rows_without_outputs_are_completed_by_the_interpreter(tmp_path):
-    pytest.importorskip("metamod.tasks.dsl")
     row = {"id": "p1", "program": "a <- [int]\nb <- SORT a", "inputs": [[3, 1], [2, 0, 1], [5], [9, 8]]}
     task = load_task("deepcoder", data_files=_jsonl(tmp_path / "dc.jsonl", [row]))
     example = next(task.examples())
@@ -334,7 +332,6 @@ def test_synthetic_items_are_not_degenerate():
 
 
 def test_synthetic_dsl_induction():
-    pytest.importorskip("metamod.tasks.dsl")
     for language in ("deepcoder", "robustfill"):
         task = load_task("synthetic_code", subtask="induction", language=language, num_examples=2, levels=[1], pairs=4)
         for ex in task.examples():

@@ -173,8 +173,11 @@ def test_solver_finds_exactly_the_solvable_puzzles():
         assert solution is None or check_expression(solution, list(numbers)), numbers
         assert (solution is None) == (count_solutions(numbers) == 0)
     assert solve([8, 3, 3, 8]) == solve([3, 8, 8, 3])  # order does not matter
-    for wrong in near_misses([4, 7, 8, 8]):
+    misses = near_misses([4, 7, 8, 8])  # the closest misses, not just any (an empty list would pass the loop)
+    assert misses == ("8 * 8 / 4 + 7", "(4 - 7 / 8) * 8", "(4 - 8 / 7) * 8")
+    for wrong in misses:
         assert puzzle_numbers(wrong) == (4, 7, 8, 8) and not check_expression(wrong, [4, 7, 8, 8])
+        assert 0 < abs(eval(wrong) - 24) <= 1.5  # noqa: S307 (a literal arithmetic string from the solver)
 
 
 # ------------------------------------------------------------------------------------------- generated task
@@ -196,6 +199,7 @@ def test_generated_stream_is_solvable_deterministic_and_distinct():
         assert is_equivalent(meta["solution"], ex["gold"], "game24")
         assert meta["solution"] not in ex["question"] and meta["num_solutions"] >= 1
         assert all(n in ex["question"] for n in map(str, meta["numbers"]))
+        assert len(meta["distractors"]) == 3
         for wrong in meta["distractors"]:
             assert not is_equivalent(wrong, ex["gold"], "game24")
 

@@ -132,6 +132,9 @@ def test_mc_letter_forms_beat_option_text():
     assert is_equivalent("(C)", "C", "mc", roman)
     letters_as_text = ["B", "A", "D", "C"]
     assert is_equivalent("(B)", "B", "mc", letters_as_text)
+    # and what beats means: the letter is not read as the option TEXT "B" (option A); an accept-all grader fails here
+    assert not is_equivalent("(B)", "A", "mc", letters_as_text)
+    assert not is_equivalent("I only", "B", "mc", roman) and not is_equivalent("(C)", "A", "mc", roman)
 
 
 def test_mc_without_choices_uses_letters_only():
@@ -245,6 +248,7 @@ def test_mc_option_text_with_a_connector_is_not_a_hedge():
     assert is_equivalent("I and II", "C", "mc", choices)
     assert is_equivalent("C) I and II", "C", "mc", choices)
     assert is_equivalent("(D) vitamins A and D", "D", "mc", choices)
+    assert not is_equivalent("I and II", "A", "mc", choices) and not is_equivalent("C) I and II", "D", "mc", choices)
     assert normalize_answer("(A) I only, and I am sure", "mc", choices) == "A"  # "I" is not an option letter here
 
 
@@ -373,11 +377,12 @@ def test_grading_in_a_plain_thread():
 
     def work():
         out["value"] = is_equivalent("\\sqrt{8}", "2\\sqrt{2}", "math")
+        out["wrong"] = is_equivalent("\\sqrt{8}", "3", "math")
 
     thread = threading.Thread(target=work)
     thread.start()
     thread.join(timeout=60)
-    assert out == {"value": True}
+    assert out == {"value": True, "wrong": False}
 
 
 @pytest.mark.parametrize(

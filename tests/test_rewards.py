@@ -137,7 +137,6 @@ def test_completion_text_shapes():
 
 
 def test_answer_reward():
-    pytest.importorskip("metamod.tasks.grading")
     completions = [
         "STOP <answer>42</answer>",
         "STOP <answer>41</answer>",
@@ -167,8 +166,6 @@ def test_rewards_pickle_round_trip(reward):
     clone = pickle.loads(pickle.dumps(reward))
     assert clone.__name__ == reward.__name__
     kwargs = {"eta": [1, 0], "gold": ["4", "4"], "kind": ["math", "math"]}
-    if reward is answer_reward or getattr(reward, "__name__", "") == "answer_reward":
-        pytest.importorskip("metamod.tasks.grading")
     completions = ["STOP <answer>4</answer>", "CONTINUE"]
     assert clone(completions, **kwargs) == reward(completions, **kwargs)
 

@@ -181,6 +181,15 @@ def test_parquet_matches_jsonl():
     for row in from_jsonl + from_parquet:
         row["meta"].pop("source")
     assert from_jsonl == from_parquet
+    # and both hold the fixture's five questions (two empty reads would be equal too)
+    assert [(r["id"], r["gold"]) for r in from_parquet] == [
+        ("mmlu-test-0", "B"),
+        ("mmlu-test-1", "C"),
+        ("mmlu-test-2", "D"),
+        ("mmlu-test-3", "C"),
+        ("mmlu-test-4", "A"),
+    ]
+    assert from_parquet[0]["question"] == "Which gas makes up most of the Earth's atmosphere?"
 
 
 def test_rows_without_gold_are_skipped_and_counted(caplog):
