@@ -48,6 +48,7 @@ bench: install
 lint: install
 	$(VENV)/bin/ruff check metamod tests benchmarks
 	$(VENV)/bin/ruff format --check metamod tests benchmarks
+	$(VENV)/bin/lint-imports
 
 # First thing to run on a new GPU node (after `make install` and `pip install -e .[vllm]`).
 gpu-smoke: install

@@ -7,9 +7,9 @@ import pytest
 from metamod.evaluate.decision import DEBATE_LAYERS, DECISION_LAYERS, LayerContext, build_layer, final_answer
 from metamod.evaluate.metrics import method_metrics
 from metamod.evaluate.replay import replay
-from metamod.evaluate.voting import majority_answer
 from metamod.llm.base import Generation, SamplingConfig
 from metamod.rollout.traces import SCHEMA_VERSION
+from metamod.tasks.voting import majority_answer
 
 
 def make_trace(qid: str, rounds: list[list[str | None]], gold: str = "7", kind: str = "math") -> dict:

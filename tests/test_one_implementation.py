@@ -1,11 +1,10 @@
-"""One implementation per job: the majority vote (evaluate/voting.py) and the eta statistics (rollout/stats.py)."""
+"""One implementation per job: the majority vote (tasks/voting.py) and the eta statistics (rollout/stats.py)."""
 
 from __future__ import annotations
 
 import pytest
 from datasets import Dataset
 
-from metamod.evaluate.voting import majority_answer
 from metamod.rollout.analysis import trace_dynamics
 from metamod.rollout.debate import DebateStats, run_debates
 from metamod.rollout.simulated import SimulatedDebaters
@@ -13,6 +12,7 @@ from metamod.rollout.snapshots import build_dataset
 from metamod.rollout.stats import EtaTally, eta_tally
 from metamod.rollout.traces import TraceWriter
 from metamod.tasks import load_task
+from metamod.tasks.voting import majority_answer
 from metamod.train.model_card import dataset_statistics
 from metamod.train.sft import build_warm_start_dataset, heuristic_target, reward_target
 

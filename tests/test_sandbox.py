@@ -727,10 +727,11 @@ def test_work_dirs_of_a_host_killed_with_sigkill_are_removed_by_the_next_one(wor
 def no_namespaces(monkeypatch):
     """Play a machine where unprivileged user namespaces are disabled (the preflight's cache emptied)."""
     from metamod.sandbox import probe as probe_module
+    from metamod.sandbox import readiness as preflight_module
 
     no_ns = Capabilities(namespaces=False, landlock_abi=CAPS.landlock_abi, detail="test: unshare refused")
     monkeypatch.setattr(probe_module, "capabilities", lambda: no_ns)
-    monkeypatch.setattr(probe_module, "_PREFLIGHT", {})
+    monkeypatch.setattr(preflight_module, "_PREFLIGHT", {})
     monkeypatch.delenv("METAMOD_SANDBOX_ALLOW_FALLBACK", raising=False)
     return monkeypatch
 

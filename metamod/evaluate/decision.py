@@ -43,7 +43,6 @@ False
 from __future__ import annotations
 
 import logging
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,12 +52,10 @@ from metamod.llm.base import Generation, Generator, SamplingConfig
 from metamod.memory.base import ask, with_guidance
 from metamod.prompts import format_responses, render
 from metamod.registry import resolve
-from metamod.rewards.moderator import STOP, parse_decision
+from metamod.rewards.moderator import STOP, final_answer, parse_decision
 from metamod.rollout.state import moderator_messages
 from metamod.tasks.base import Example
-from metamod.tasks.grading import extract_answer, normalize_answer
-
-from .voting import all_agree, majority_answer
+from metamod.tasks.voting import all_agree, majority_answer
 
 logger = logging.getLogger(__name__)
 
@@ -156,68 +153,6 @@ class LayerContext:
             raise ValueError(f"sc_samples must be >= 1, got {self.sc_samples}")
 
 
-# --------------------------------------------------------------------------------------------- parse policy
-
-_ANSWER_MARKER_RE = re.compile(r"</?answer\b|\\(?:boxed|fbox)\b", re.IGNORECASE)
-_LEADING_STOP_RE = re.compile(r"^STOP\b[\s:]*", re.IGNORECASE)
-_PLAIN_NUMBER_RE = re.compile(r"[-+]?\d+(?:/\d+)?")
-_OPTION_LETTER_RE = re.compile(r"\([A-Za-z]\)|[A-Z]")
-
-
-def _bare_answer(text: str) -> str | None:
-    """The whole output as an answer when it is one token naming a plain number, an option letter or yes/no."""
-    bare = _LEADING_STOP_RE.sub("", text.strip(), count=1).strip().strip("*").strip()
-    bare = bare[:-1].rstrip() if bare.endswith(".") else bare
-    if not bare or not re.fullmatch(r"\S+", bare):
-        return None
-    number = normalize_answer(bare, "math")
-    if number is not None and _PLAIN_NUMBER_RE.fullmatch(number):
-        return bare
-    if _OPTION_LETTER_RE.fullmatch(bare) or normalize_answer(bare, "yesno") is not None:
-        return bare
-    return None
-
-
-def final_answer(text: str | None) -> str | None:
-    """The answer of a forced final output (moderator at ``T_max``, or the judge), read leniently.
-
-    The ONE parse policy for final answers: every moderator layer's forced answer and the judge use it. Format
-    validity is not its concern (that stays :func:`~metamod.rewards.moderator.parse_decision`'s strict verdict).
-
-    Precedence:
-
-    1. a format-valid ``STOP <answer>x</answer>`` gives ``x`` (a valid ``CONTINUE`` gives ``None``);
-    2. else :func:`metamod.tasks.grading.extract_answer`: the LAST ``<answer>`` span whatever surrounds it (with or
-       without ``STOP``, text or a period after it), else ``\\boxed{}``, ``Final Answer:``, ``the answer is ...``;
-    3. else, when the output has no answer marker at all, a bare answer: the whole output (a leading ``STOP`` and a
-       trailing period dropped) if it is ONE whitespace-free token that is a plain number (``42``, ``$5``,
-       ``1,000``, ``\\frac{1}{2}``), an option letter (``B``, ``(b)``) or yes/no/true/false.
-
-    Anything else (prose, junk, ``CONTINUE``, ``STOP`` alone, an empty span, a bare non-numeric expression such as
-    ``x=5``) gives ``None``, which is graded wrong.
-
-    Args:
-        text: the raw output (``None`` is treated as empty).
-
-    Returns:
-        The answer text, stripped, or ``None``.
-
-    >>> [final_answer(t) for t in ["STOP <answer>7</answer>", "STOP <answer>7</answer>.", "<answer>7</answer>"]]
-    ['7', '7', '7']
-    >>> [final_answer(t) for t in ["The final answer is 7", "42", "STOP 42.", "(B)", "Yes", "Agents: <answer>B</answer>"]]
-    ['7', '42', '42', '(B)', 'Yes', 'B']
-    >>> [final_answer(t) for t in ["I cannot tell", "CONTINUE", "STOP", "STOP <answer></answer>", "memememe", None]]
-    [None, None, None, None, None, None]
-    """
-    parsed = parse_decision(text)
-    if parsed.valid:
-        return parsed.answer
-    answer = extract_answer(text)
-    if answer is not None or not text or _ANSWER_MARKER_RE.search(text):
-        return answer
-    return _bare_answer(text)
-
-
 # --------------------------------------------------------------------------------------------- helpers
 
 
@@ -232,7 +167,7 @@ def round_answers(debate: dict[str, Any], round_index: int) -> list[str | None]:
 
 
 def round_majority(debate: dict[str, Any], round_index: int, seed: int) -> str | None:
-    """Majority vote of one round's answers with the seeded tie rule of :mod:`metamod.evaluate.voting`."""
+    """Majority vote of one round's answers with the seeded tie rule of :mod:`metamod.tasks.voting`."""
     return majority_answer(
         round_answers(debate, round_index),
         kind=debate["kind"],

@@ -21,7 +21,7 @@ so each baseline is defined by which simulated turn it replays:
   round-0 turn of agent index ``j * P`` (``P`` = period of the per-agent parameter lists, so the same accuracy and
   the same per-question difficulty, but a different random stream: the simulation seeds each turn by
   ``(sim_seed, question id, agent, round)``), then a majority vote (seeded tie rule of
-  :mod:`metamod.evaluate.voting`).
+  :mod:`metamod.tasks.voting`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from metamod.memory.base import ask, with_guidance
 from metamod.prompts import render
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer
-
-from .voting import majority_answer
+from metamod.tasks.voting import majority_answer
 
 logger = logging.getLogger(__name__)
 

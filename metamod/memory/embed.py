@@ -228,6 +228,9 @@ class SentenceTransformerEmbedder:
         return {"name": self.name, "model_path": self.model_path}
 
 
+#: the model of the ``lm`` embedder when none is named (:class:`metamod.memory.lm_embedder.LMEmbedder` reads it here)
+DEFAULT_LM_MODEL = "smollm2-135m-instruct"
+
 #: embedder name -> class, or the dotted path of a class imported only when built (``lm`` needs torch);
 #: resolved with :func:`build_embedder`.
 EMBEDDERS: dict[str, type | str] = {
@@ -389,9 +392,7 @@ def select_embedder(
         return shared_embedder({"name": embedder, **({"model_path": embedder_model} if embedder_model else {})})
     wanted = embedder_model
     if wanted is None and embedder == "lm":
-        from metamod.memory.lm_embedder import DEFAULT_MODEL
-
-        wanted = DEFAULT_MODEL
+        wanted = DEFAULT_LM_MODEL
     have = _model_of(recorded)
     same = recorded.get("name") == embedder and (wanted is None or (have is not None and _same_model(wanted, have)))
     if not same:

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from metamod.memory.embed import _check_texts, l2_normalise
+from metamod.memory.embed import DEFAULT_LM_MODEL, _check_texts, l2_normalise
 
 logger = logging.getLogger(__name__)
 
 #: the default model: the embedded SmolLM2-135M-Instruct alias
-DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_MODEL = DEFAULT_LM_MODEL
 
 
 def resolve_embedder_model(model: str) -> Path:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from metamod.config import ConfigError
+from metamod.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from metamod.tasks.grading import extract_answer, normalize_answer
+
 Action = Literal["STOP", "CONTINUE"]
 
 STOP = "STOP"
@@ -342,3 +344,66 @@ def answer_reward(
         else:
             rewards.append(0.0)
     return rewards
+
+
+# --------------------------------------------------------------------------------------------- parse policy
+
+_ANSWER_MARKER_RE = re.compile(r"</?answer\b|\\(?:boxed|fbox)\b", re.IGNORECASE)
+_LEADING_STOP_RE = re.compile(r"^STOP\b[\s:]*", re.IGNORECASE)
+_PLAIN_NUMBER_RE = re.compile(r"[-+]?\d+(?:/\d+)?")
+_OPTION_LETTER_RE = re.compile(r"\([A-Za-z]\)|[A-Z]")
+
+
+def _bare_answer(text: str) -> str | None:
+    """The whole output as an answer when it is one token naming a plain number, an option letter or yes/no."""
+    bare = _LEADING_STOP_RE.sub("", text.strip(), count=1).strip().strip("*").strip()
+    bare = bare[:-1].rstrip() if bare.endswith(".") else bare
+    if not bare or not re.fullmatch(r"\S+", bare):
+        return None
+    number = normalize_answer(bare, "math")
+    if number is not None and _PLAIN_NUMBER_RE.fullmatch(number):
+        return bare
+    if _OPTION_LETTER_RE.fullmatch(bare) or normalize_answer(bare, "yesno") is not None:
+        return bare
+    return None
+
+
+def final_answer(text: str | None) -> str | None:
+    """The answer of a forced final output (moderator at ``T_max``, or the judge), read leniently.
+
+    The ONE parse policy for final answers: every moderator layer's forced answer and the judge use it. Format
+    validity is not its concern (that stays :func:`parse_decision`'s strict verdict). It lives beside
+    :func:`parse_decision` so that every loop (debate layers, the judge, the MRO controller) reads it from here.
+
+    Precedence:
+
+    1. a format-valid ``STOP <answer>x</answer>`` gives ``x`` (a valid ``CONTINUE`` gives ``None``);
+    2. else :func:`metamod.tasks.grading.extract_answer`: the LAST ``<answer>`` span whatever surrounds it (with or
+       without ``STOP``, text or a period after it), else ``\\boxed{}``, ``Final Answer:``, ``the answer is ...``;
+    3. else, when the output has no answer marker at all, a bare answer: the whole output (a leading ``STOP`` and a
+       trailing period dropped) if it is ONE whitespace-free token that is a plain number (``42``, ``$5``,
+       ``1,000``, ``\\frac{1}{2}``), an option letter (``B``, ``(b)``) or yes/no/true/false.
+
+    Anything else (prose, junk, ``CONTINUE``, ``STOP`` alone, an empty span, a bare non-numeric expression such as
+    ``x=5``) gives ``None``, which is graded wrong.
+
+    Args:
+        text: the raw output (``None`` is treated as empty).
+
+    Returns:
+        The answer text, stripped, or ``None``.
+
+    >>> [final_answer(t) for t in ["STOP <answer>7</answer>", "STOP <answer>7</answer>.", "<answer>7</answer>"]]
+    ['7', '7', '7']
+    >>> [final_answer(t) for t in ["The final answer is 7", "42", "STOP 42.", "(B)", "Yes", "Agents: <answer>B</answer>"]]
+    ['7', '42', '42', '(B)', 'Yes', 'B']
+    >>> [final_answer(t) for t in ["I cannot tell", "CONTINUE", "STOP", "STOP <answer></answer>", "memememe", None]]
+    [None, None, None, None, None, None]
+    """
+    parsed = parse_decision(text)
+    if parsed.valid:
+        return parsed.answer
+    answer = extract_answer(text)
+    if answer is not None or not text or _ANSWER_MARKER_RE.search(text):
+        return answer
+    return _bare_answer(text)

@@ -3,7 +3,7 @@
 Used to calibrate the simulated debaters against the paper's numbers and to describe any rollout (real or
 simulated): per-round agent accuracy and ``eta``, coverage, how often agents agree and how often that agreement is
 right, simple decision rules (majority at round t, stop at first consensus) and how often a correct answer that
-was present is lost by the end. Votes are :func:`metamod.evaluate.voting.majority_answer` (``tie_break="first"``:
+was present is lost by the end. Votes are :func:`metamod.tasks.voting.majority_answer` (``tie_break="first"``:
 ties go to the lowest-index agent); eta and coverage come from :class:`metamod.rollout.stats.EtaTally`;
 correctness uses ``is_equivalent``.
 
@@ -19,9 +19,9 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from metamod.evaluate.voting import majority_answer
 from metamod.rollout.stats import EtaTally
 from metamod.tasks.grading import is_equivalent, normalize_answer
+from metamod.tasks.voting import majority_answer
 
 
 def trace_dynamics(traces: Iterable[dict]) -> dict[str, Any]:

@@ -285,7 +285,7 @@ def moderator_decision(text: str, request: ControllerRequest) -> ControllerDecis
     parsed = parse_decision(text)
     answer = parsed.answer if parsed.action == STOP else None
     if answer is None and request.final:
-        from metamod.evaluate.decision import final_answer
+        from metamod.rewards.moderator import final_answer
 
         answer = final_answer(text)
     how = "ok" if parsed.valid else f"moderator_{parsed.reason}"

@@ -27,12 +27,14 @@ its validation here). Fields (docs/contracts.md, "MRO traces"):
 >>> validate_mro_trace(bad, "t.jsonl:2")
 Traceback (most recent call last):
 ...
-metamod.rollout.traces.TraceError: t.jsonl:2: field 'history[0].controller.action' must be 1, 2 or 3, got 4
+metamod.rollout.trace_schema.TraceError: t.jsonl:2: field 'history[0].controller.action' must be 1, 2 or 3, got 4
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from metamod.rollout.trace_schema import QUESTION_FIELDS, SCHEMA_VERSION, TraceError
 
 ROLES = ("reasoner", "monitor", "controller")
 STATUSES = ("accepted", "corrected", "max_iterations")
@@ -40,8 +42,6 @@ _STR_OR_NONE = (str, type(None))
 
 
 def _top_fields() -> dict[str, tuple[type, ...]]:
-    from metamod.rollout.traces import QUESTION_FIELDS  # traces.py imports this module lazily: no cycle
-
     return {**QUESTION_FIELDS, **_MRO_FIELDS}
 
 
@@ -80,8 +80,6 @@ _ROLE_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
 
 
 def _error(message: str) -> Exception:
-    from metamod.rollout.traces import TraceError
-
     return TraceError(message)
 
 
@@ -105,8 +103,6 @@ def validate_mro_trace(trace: Any, where: str = "trace") -> dict:
     Raises:
         TraceError: naming the location and the bad field.
     """
-    from metamod.rollout.traces import SCHEMA_VERSION
-
     if not isinstance(trace, dict):
         raise _error(f"{where}: expected a JSON object, got {type(trace).__name__}")
     for name, types in _top_fields().items():
@@ -175,7 +171,6 @@ def example_mro_trace(example_id: str = "q1") -> dict:
     >>> [r["controller"]["action"] for r in example_mro_trace()["history"]]
     [3, 2]
     """
-    from metamod.rollout.traces import SCHEMA_VERSION
 
     def record(iteration: int, answer: str, eta: int, action: int, final: str | None) -> dict:
         names = {1: "accept", 2: "patch", 3: "restart"}

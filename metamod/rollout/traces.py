@@ -27,27 +27,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from metamod.errors import MetamodError
 from metamod.files import JsonlWriter, iter_jsonl, repair_torn_tail  # repair_torn_tail: also imported from here
+from metamod.rollout.trace_schema import QUESTION_FIELDS, SCHEMA_VERSION, TraceError  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
 STOP_REASONS = ("max_rounds", "hook")
 BACKEND_NAMES = ("sim", "hf", "vllm", "openai", "fake")
 
-#: the question block every trace starts with, debate or MRO (field -> accepted python types)
-QUESTION_FIELDS: dict[str, tuple[type, ...]] = {
-    "schema_version": (int,),
-    "id": (str,),
-    "task": (str,),
-    "question": (str,),
-    "gold": (str,),
-    "kind": (str,),
-    "choices": (list, type(None)),
-    "meta": (dict,),
-    "simulated": (bool,),
-}
 # field -> accepted python types (the schema in docs/contracts.md; `index` is an optional additive field).
 _TOP_FIELDS: dict[str, tuple[type, ...]] = {
     **QUESTION_FIELDS,
@@ -64,13 +51,6 @@ _RESPONSE_FIELDS: dict[str, tuple[type, ...]] = {
     "completion_tokens": (int,),
     "trimmed": (bool,),
 }
-
-
-class TraceError(MetamodError, ValueError):
-    """A trace file or trace object that does not follow the schema (the message names file:line and field).
-
-    A :class:`~metamod.errors.MetamodError`: the CLI reports it as one line (exit 2).
-    """
 
 
 def _type_names(types: tuple[type, ...]) -> str:
@@ -108,7 +88,7 @@ def validate_trace(trace: Any, where: str = "trace") -> dict:
     >>> validate_trace(bad, "f.jsonl:3")
     Traceback (most recent call last):
     ...
-    metamod.rollout.traces.TraceError: f.jsonl:3: field 'rounds[0].eta' must be 0 or 1, got 2
+    metamod.rollout.trace_schema.TraceError: f.jsonl:3: field 'rounds[0].eta' must be 0 or 1, got 2
     """
     if not isinstance(trace, dict):
         raise TraceError(f"{where}: expected a JSON object, got {type(trace).__name__}")

@@ -32,7 +32,8 @@ True
 from metamod.sandbox.functions import decode_value, run_function
 from metamod.sandbox.limits import SandboxLimits, make_limits
 from metamod.sandbox.pool import run_many
-from metamod.sandbox.probe import Capabilities, SandboxUnavailableError, capabilities, preflight
+from metamod.sandbox.probe import Capabilities, SandboxUnavailableError, capabilities
+from metamod.sandbox.readiness import preflight
 from metamod.sandbox.results import CallResult, FunctionRun, SandboxResult
 from metamod.sandbox.runner import run_python
 

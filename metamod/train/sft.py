@@ -60,8 +60,8 @@ def heuristic_target(
 ) -> str | None:
     """The heuristic moderator's output for one round (see the module docstring).
 
-    Agreement and the majority are :func:`metamod.evaluate.voting.all_agree` and
-    :func:`metamod.evaluate.voting.majority_answer` (ties: the lowest-index agent), so a multiple-choice answer
+    Agreement and the majority are :func:`metamod.tasks.voting.all_agree` and
+    :func:`metamod.tasks.voting.majority_answer` (ties: the lowest-index agent), so a multiple-choice answer
     given as option text (``"dog"``) votes with its letter (``"(B)"``) when ``choices`` is passed.
 
     Args:
@@ -76,7 +76,7 @@ def heuristic_target(
     >>> heuristic_target(["(B)", "dog"], "mc", is_final_round=False, choices=["cat", "dog"])
     'STOP <answer>(B)</answer>'
     """
-    from metamod.evaluate.voting import all_agree, majority_answer
+    from metamod.tasks.voting import all_agree, majority_answer
 
     if not is_final_round:
         if all_agree(answers, kind=kind, choices=choices):
@@ -144,8 +144,8 @@ def reward_target(
     Returns:
         ``"CONTINUE"``, ``"STOP <answer>...</answer>"``, or ``None`` (no answer parses, or the labels disagree).
     """
-    from metamod.evaluate.voting import majority_answer
     from metamod.tasks.grading import is_equivalent
+    from metamod.tasks.voting import majority_answer
 
     chosen = majority_answer(answers, kind=kind, choices=choices, tie_break="first")
     if gold_answers:
