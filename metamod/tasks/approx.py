@@ -11,8 +11,9 @@ TheoremQA grades a numeric answer with ``within_eps(pred, gold)``, ``eps = 4% of
   that math-verify evaluates (``\\frac{\\pi}{4}``). A hedge (``0.02 or 0.5``) is never right.
 * A gold that is not numeric is graded as ``math``.
 
-This module holds the number parsing the kind needs. :func:`metamod.tasks.grading.is_equivalent` (the one grader)
-and :func:`metamod.tasks.grading.normalize_answer` remain the entry points and dispatch here.
+This module holds the number parsing the kind needs, built on :mod:`metamod.tasks.math_values`;
+:func:`metamod.tasks.grading.is_equivalent` (the one grader) and :func:`metamod.tasks.grading.normalize_answer`
+remain the entry points and dispatch here (this module does not import the grader).
 
 >>> approx_equal("0.0208", "0.02"), approx_equal("0.021", "0.02"), approx_equal("[0.51, 1.3]", "[0.5, 1.25]")
 (True, False, True)
@@ -22,21 +23,22 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from fractions import Fraction
 
-from metamod.tasks.grading import (
-    _MV_LOCK,
-    _TEXT_WRAP_RE,
-    _THOUSANDS_RE,
+from metamod.tasks.math_values import (
     MATH_VERIFY_TIMEOUT_S,
     MAX_MATH_CHARS,
-    _latex_key,
-    _number_string,
-    _single_math_value,
-    _to_number,
-    _too_costly,
-    _wrap_latex,
-    is_equivalent,
+    MV_LOCK,
+    TEXT_WRAP_RE,
+    THOUSANDS_RE,
+    latex_key,
+    math_equal,
+    number_string,
+    single_math_value,
+    to_number,
+    too_costly,
+    wrap_latex,
 )
 
 #: Relative tolerance of kind ``approx`` for gold numbers written as decimals (TheoremQA's ``within_eps``: 4%).
@@ -106,11 +108,11 @@ def parse_number(text: str) -> Fraction | None:
     (True, True)
     """
     text = text.replace("−", "-")
-    number = _to_number(text)
+    number = to_number(text)
     if number is not None:
         return number
-    text = _TEXT_WRAP_RE.sub(r" \1 ", text.replace("$", "").replace("\\!", "").replace("\\,", " "))
-    text = _THOUSANDS_RE.sub("", text).strip().rstrip(".").strip()
+    text = TEXT_WRAP_RE.sub(r" \1 ", text.replace("$", "").replace("\\!", "").replace("\\,", " "))
+    text = THOUSANDS_RE.sub("", text).strip().rstrip(".").strip()
     match = _SCIENTIFIC_RE.match(text) if text else None
     if match and (match.group(1) is not None or match.group(3) is not None):
         mantissa, exponent_e, exponent_ten = match.groups()
@@ -127,14 +129,14 @@ def _symbolic_number(text: str) -> Fraction | None:
     """The numeric value of a symbolic answer (``\\frac{\\pi}{4}``, ``2\\sqrt{3}``) via math-verify, else ``None``.
 
     Only numbers, ``+ - * / ^``, brackets and a few LaTeX commands are handed to math-verify, never costly inputs
-    (see :func:`metamod.tasks.grading._too_costly`); the signal alarm is used on the main thread only.
+    (see :func:`metamod.tasks.math_values.too_costly`); the signal alarm is used on the main thread only.
 
     >>> round(float(_symbolic_number("\\\\frac{\\\\pi}{4}")), 4), _symbolic_number("x + 1") is None
     (0.7854, True)
     """
     if (
         len(text) > MAX_MATH_CHARS
-        or _too_costly(text)
+        or too_costly(text)
         or not _SYMBOLIC_REST_RE.fullmatch(_SYMBOLIC_COMMANDS_RE.sub(" ", text))
     ):
         return None
@@ -142,8 +144,8 @@ def _symbolic_number(text: str) -> Fraction | None:
     from sympy import Expr, N
 
     seconds = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-    with _MV_LOCK:
-        parsed = parse(_wrap_latex(text), parsing_timeout=seconds)
+    with MV_LOCK:
+        parsed = parse(wrap_latex(text), parsing_timeout=seconds)
         for item in parsed:
             if isinstance(item, Expr) and item.is_number:
                 try:
@@ -200,7 +202,7 @@ def gold_numbers(gold: str) -> list[tuple[Fraction, bool]] | None:
     return [(number, bool(_DECIMAL_RE.search(item))) for number, item in zip(numbers, items, strict=True)]
 
 
-def approx_equal(candidate: str, gold: str) -> bool:
+def approx_equal(candidate: str, gold: str, *, math_equal: Callable[[str, str], bool] = math_equal) -> bool:
     """Whether ``candidate`` matches ``gold`` under the ``approx`` rule (see the module docstring).
 
     Called by :func:`metamod.tasks.grading.is_equivalent`, which should be used instead: it extracts the answer,
@@ -209,6 +211,8 @@ def approx_equal(candidate: str, gold: str) -> bool:
     Args:
         candidate: the extracted answer.
         gold: the gold answer; one that is not numeric is graded as ``math``.
+        math_equal: how a non-numeric gold is graded (the grader passes its whole ``math`` rule, answer extraction
+            included; default :func:`metamod.tasks.math_values.math_equal`).
 
     Returns:
         ``True`` when every gold number is matched (decimals within :data:`APPROX_REL_TOL`, integers exactly).
@@ -222,9 +226,9 @@ def approx_equal(candidate: str, gold: str) -> bool:
     """
     wanted = gold_numbers(gold)
     if wanted is None:  # not a numeric gold: grade it as math
-        return is_equivalent(candidate, gold, "math")
+        return math_equal(candidate, gold)
     if len(wanted) == 1 and list_items(gold, bare=False) is None:
-        single = _single_math_value(candidate)
+        single = single_math_value(candidate)
         items = [single] if single is not None else []
     else:
         items = list_items(candidate) or [candidate]
@@ -232,7 +236,7 @@ def approx_equal(candidate: str, gold: str) -> bool:
         return False
     for item, (value, tolerant) in zip(items, wanted, strict=True):
         limit = APPROX_REL_TOL * abs(value) if tolerant else 0
-        if _single_math_value(item) != item or not any(abs(reading - value) <= limit for reading in readings(item)):
+        if single_math_value(item) != item or not any(abs(reading - value) <= limit for reading in readings(item)):
             return False
     return True
 
@@ -253,10 +257,10 @@ def approx_key(candidate: str) -> str | None:
     """
     items = list_items(candidate)
     if items is None:
-        single = _single_math_value(candidate)
+        single = single_math_value(candidate)
         if single is None:
             return None
         number = parse_number(_LHS_RE.sub("", single, count=1).strip())
-        return _number_string(number) if number is not None else (_latex_key(single) or None)
+        return number_string(number) if number is not None else (latex_key(single) or None)
     keys = [approx_key(item) for item in items]
     return None if None in keys else "[" + ",".join(keys) + "]"

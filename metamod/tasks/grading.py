@@ -38,7 +38,7 @@ Three kinds grade code reasoning (:mod:`metamod.tasks.code_grading`; the gold is
 Math equivalence uses a fast exact/number path first and falls back to ``math-verify``. ``math-verify`` guards
 its sympy work with ``signal.alarm``, which only works on the main thread of the main interpreter; here the
 alarm is used on the main thread only and switched off elsewhere (threads, thread pools), and inputs longer
-than :data:`MAX_MATH_CHARS` never reach sympy, so grading is safe to call from any thread or worker process.
+than :data:`metamod.tasks.math_values.MAX_MATH_CHARS` never reach sympy, so grading is safe to call from any thread or worker process.
 """
 
 from __future__ import annotations
@@ -46,9 +46,18 @@ from __future__ import annotations
 import logging
 import re
 import string
-import threading
 from collections.abc import Sequence
-from fractions import Fraction
+
+from metamod.tasks.approx import APPROX_REL_TOL, approx_equal, approx_key  # noqa: F401 (APPROX_REL_TOL: re-exported)
+from metamod.tasks.math_values import (
+    TEXT_WRAP_RE,
+    boxed_contents,
+    latex_key,
+    math_equal,
+    number_string,
+    single_math_value,
+    to_number,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,39 +65,20 @@ logger = logging.getLogger(__name__)
 KINDS = ("math", "mc", "yesno", "text", "approx", "game24", "code_output", "code_input", "code_function")
 #: The code-reasoning kinds, graded by :func:`metamod.tasks.code_grading.grade_code` (execution in the sandbox).
 CODE_KINDS = ("code_output", "code_input", "code_function")
-# APPROX_REL_TOL (the ``approx`` tolerance) lives in metamod.tasks.approx and is re-exported by ``__getattr__``
-# below: approx.py builds on this module's number helpers, so importing it here at load time would be circular.
 
-#: Longest candidate answer handed to math-verify/sympy; longer ones are graded by the exact paths only.
-MAX_MATH_CHARS = 400
-#: Seconds math-verify may spend per parse/compare when the signal alarm is usable (main thread only).
-MATH_VERIFY_TIMEOUT_S = 5
-
-_MV_LOCK = threading.Lock()
 
 _ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _FINAL_ANSWER_RE = re.compile(r"final\s+answer\s*(?:\*\*)?\s*[:：]\s*(?:\*\*)?[ \t]*([^\n]+)", re.IGNORECASE)
 _ANSWER_IS_RE = re.compile(r"\bthe\s+(?:final\s+|correct\s+)?answer\s+is\s*[:：]?[ \t]*", re.IGNORECASE)
 _SENTENCE_RE = re.compile(r"[^\n]*?(?=\.(?:\s|$)|\n|$)")
 _NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
-_UNIT_TAIL_RE = re.compile(r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:[a-zA-Z][a-zA-Z ]*)?$")
-_FRACTION_RE = re.compile(r"^([-+]?\d+)\s*/\s*([-+]?\d+)$")
-_LATEX_FRAC_RE = re.compile(r"^([-+]?)\\[dt]?frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*([-+]?\d+)\s*\}$")
-_THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _ANSWER_PREFIX_RE = re.compile(
     r"^(?:(?:the\s+)?(?:final\s+|correct\s+)?answer(?:\s+is)?|option|choice)\s*[:：]?\s*", re.IGNORECASE
 )
 # Inputs that make sympy compute huge integers (exponent towers, big powers, big factorials); without the
 # main-thread alarm nothing could interrupt them, so they are refused before parsing.
-_NESTED_POWER_RE = re.compile(r"(\^|\*\*)\s*(\{[^{}]*|\([^()]*|[\w.]+\s*)(\^|\*\*)")
-_BIG_EXPONENT_RE = re.compile(r"(\^|\*\*)\s*[{(]?\s*\d{5,}")
-_BIG_FACTORIAL_RE = re.compile(r"(\d{4,}\s*!|!\s*!|\)\s*!|\}\s*!)")
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 # Hedges: "either 5 or 7", "x = 1 \text{ or } x = 2", "(B) or (C)", "B/C".
-_TEXT_WRAP_RE = re.compile(r"\\text(?:rm|bf)?\s*\{([^{}]*)\}")
-_EITHER_RE = re.compile(r"^\s*(?:either|both)\s+", re.IGNORECASE)
-_CONNECTOR_SPLIT_RE = re.compile(r"\s*,?\s*\b(?:or|and)\b\s*", re.IGNORECASE)
 # another option named after a connector: "or (C)", "and C", "/C", "& C", "or maybe C", ", C." (not ", A city")
 _OTHER_OPTION_RE = re.compile(
     r"(?:(?:[/&]|\b(?i:or|and)\b)\s*(?:(?i:maybe|possibly|perhaps|option|choice)\s+)*(?:\(([A-Za-z])\)|\b([A-Z])\b)"
@@ -110,23 +100,6 @@ for _name in ("math_verify.parser", "math_verify.grader"):
 
 
 # --------------------------------------------------------------------------------------------- extraction
-
-
-def _boxed_contents(text: str) -> list[str]:
-    """Contents of every ``\\boxed{...}`` (balanced braces), in order; unbalanced ones are ignored."""
-    found = []
-    for match in _BOXED_RE.finditer(text):
-        depth, start = 1, match.end()
-        for pos in range(start, len(text)):
-            char = text[pos]
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    found.append(text[start:pos])
-                    break
-    return found
 
 
 def _clean(span: str) -> str | None:
@@ -169,11 +142,11 @@ def extract_answer(text: str | None) -> str | None:
         span = spans[-1].strip()
         if not span:
             return None
-        boxed = _boxed_contents(span)
+        boxed = boxed_contents(span)
         if len(boxed) == 1 and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", span, re.DOTALL):
             span = boxed[0].strip()
         return span or None
-    boxed = _boxed_contents(text)
+    boxed = boxed_contents(text)
     if boxed:
         return _clean(boxed[-1])
     spans = _FINAL_ANSWER_RE.findall(text)
@@ -183,7 +156,7 @@ def extract_answer(text: str | None) -> str | None:
             sentence = _SENTENCE_RE.match(text, phrases[-1].end())
             spans = [sentence.group(0)] if sentence else []
     if spans:
-        inner = _boxed_contents(spans[-1])
+        inner = boxed_contents(spans[-1])
         return _clean(inner[-1] if inner else spans[-1])
     return None
 
@@ -202,52 +175,6 @@ def _candidate(prediction: str | None) -> str | None:
     if _ANSWER_TAG_RE.search(prediction):  # an explicitly empty <answer></answer>
         return None
     return _clean(prediction)
-
-
-def _to_number(text: str) -> Fraction | None:
-    """Parse a plain number: ``1,000``, ``$5``, ``5 dollars``, ``1/2``, ``\\frac{1}{2}``, ``3.0``, ``10%``."""
-    boxed = _boxed_contents(text)
-    if boxed and re.fullmatch(r"\s*\\(?:boxed|fbox)\s*\{.*\}\s*", text, re.DOTALL):
-        text = boxed[-1]
-    text = text.replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
-    text = text.replace("\\!", "").replace("\\,", "")
-    text = re.sub(r"\\text\s*\{[^{}]*\}", " ", text)
-    text = _THOUSANDS_RE.sub("", text).strip().rstrip(".").strip()
-    if not text or len(text) > 64:
-        return None
-    match = _LATEX_FRAC_RE.match(text)
-    if match:
-        sign, num, den = match.groups()
-        if int(den) == 0:
-            return None
-        value = Fraction(int(num), int(den))
-        return -value if sign == "-" else value
-    match = _FRACTION_RE.match(text)
-    if match:
-        num, den = match.groups()
-        return None if int(den) == 0 else Fraction(int(num), int(den))
-    match = _UNIT_TAIL_RE.match(text)
-    if match:
-        try:
-            return Fraction(match.group(1))
-        except (ValueError, ZeroDivisionError):
-            return None
-    return None
-
-
-def _number_string(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
-
-
-def _latex_key(text: str) -> str:
-    """A loose string key for non-numeric math answers (spacing, ``$``, ``\\left``/``\\right``, ``\\dfrac``)."""
-    boxed = _boxed_contents(text)
-    if boxed and re.fullmatch(r"\s*\\(?:boxed|fbox)\s*\{.*\}\s*", text, re.DOTALL):
-        text = boxed[-1]
-    text = text.replace("\\$", "").replace("$", "").replace("\\left", "").replace("\\right", "")
-    text = re.sub(r"\\[dt]frac", r"\\frac", text)
-    text = re.sub(r"\\text\s*\{([^{}]*)\}", r"\1", text)
-    return re.sub(r"\s+", "", text).rstrip(".")
 
 
 def _text_key(text: str) -> str:
@@ -296,7 +223,7 @@ def _letter(text: str, choices: Sequence[str] | None) -> str | None:
 
 def _yes_no(text: str) -> str | None:
     """``"yes"``/``"no"`` when the whole answer is one yes/no token (or that token repeated), else ``None``."""
-    text = _TEXT_WRAP_RE.sub(r"\1", text)
+    text = TEXT_WRAP_RE.sub(r"\1", text)
     text = _ANSWER_PREFIX_RE.sub("", text.strip().strip("*").strip(), count=1)
     words = text.lower().translate(_PUNCT_TABLE).split()
     if len(words) == 1:
@@ -304,30 +231,6 @@ def _yes_no(text: str) -> str | None:
     # "yes and yes" repeats one answer; "yes and no", "no idea", "yes, but only if ..." commit to nothing
     if len(words) == 3 and words[1] in ("and", "or") and _POLARITY.get(words[0]) == _POLARITY.get(words[2]):
         return _POLARITY.get(words[0])
-    return None
-
-
-def _math_parts(text: str) -> list[str]:
-    """The values a math answer names when it joins them with or/and (``either 5 or 7`` -> ``["5", "7"]``)."""
-    plain = _EITHER_RE.sub("", _TEXT_WRAP_RE.sub(r" \1 ", text))
-    parts = [part.strip() for part in _CONNECTOR_SPLIT_RE.split(plain)]
-    return [text] if len(parts) == 1 else parts
-
-
-def _same_math_value(first: str, second: str) -> bool:
-    numbers = _to_number(first), _to_number(second)
-    if None not in numbers:
-        return numbers[0] == numbers[1]
-    return bool(_latex_key(first)) and _latex_key(first) == _latex_key(second)
-
-
-def _single_math_value(text: str) -> str | None:
-    """``text`` when it names one value; the value when it is repeated (``5 or 5``); ``None`` for a hedge."""
-    parts = _math_parts(text)
-    if len(parts) == 1:
-        return text
-    if all(_same_math_value(parts[0], part) for part in parts[1:]):
-        return parts[0]
     return None
 
 
@@ -386,20 +289,18 @@ def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | Non
     if candidate is None:
         return None
     if kind == "math":
-        candidate = _single_math_value(candidate)
+        candidate = single_math_value(candidate)
         if candidate is None:
             return None
-        number = _to_number(candidate)
+        number = to_number(candidate)
         if number is not None:
-            return _number_string(number)
-        return _latex_key(candidate) or None
+            return number_string(number)
+        return latex_key(candidate) or None
     if kind == "mc":
         return _letter(candidate, choices)
     if kind == "yesno":
         return _yes_no(candidate)
     if kind == "approx":
-        from metamod.tasks.approx import approx_key
-
         return approx_key(candidate)
     if kind == "game24":
         from metamod.tasks.game24 import canonical_expression
@@ -414,38 +315,6 @@ def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | Non
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise ValueError(f"Unknown answer kind {kind!r}; expected one of {', '.join(KINDS)}")
-
-
-def _wrap_latex(text: str) -> str:
-    return text if "$" in text or "\\(" in text or "\\[" in text else f"${text}$"
-
-
-def _too_costly(text: str) -> bool:
-    """Whether sympy could spend unbounded time on ``text`` (exponent towers, 5+ digit exponents, big factorials).
-
-    >>> _too_costly("9^9^9"), _too_costly("10^{10^{10}}"), _too_costly("2^{100000}"), _too_costly("(2^{10})!")
-    (True, True, True, True)
-    >>> _too_costly("2^{10} + x^2"), _too_costly("x^2+y^2"), _too_costly("5!"), _too_costly("\\frac{3^4}{2}")
-    (False, False, False, False)
-    """
-    return bool(_NESTED_POWER_RE.search(text) or _BIG_EXPONENT_RE.search(text) or _BIG_FACTORIAL_RE.search(text))
-
-
-def _math_verify_equal(candidate: str, gold: str) -> bool:
-    """Symbolic comparison via math-verify; signal timeouts only on the main thread."""
-    from math_verify import parse, verify
-
-    on_main = threading.current_thread() is threading.main_thread()
-    seconds = MATH_VERIFY_TIMEOUT_S if on_main else None
-    with _MV_LOCK:
-        gold_parsed = parse(_wrap_latex(gold), parsing_timeout=seconds)
-        if not gold_parsed:
-            return False
-        for text in dict.fromkeys([_wrap_latex(candidate), candidate]):
-            target = parse(text, parsing_timeout=seconds)
-            if target and verify(gold_parsed, target, timeout_seconds=seconds):
-                return True
-    return False
 
 
 def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequence[str] | None = None) -> bool:
@@ -515,35 +384,10 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
         key = _text_key(candidate)
         return bool(key) and key == _text_key(gold)
     if kind == "approx":
-        from metamod.tasks.approx import approx_equal
-
-        return approx_equal(candidate, gold)
+        return approx_equal(candidate, gold, math_equal=lambda c, g: is_equivalent(c, g, "math"))
     if kind == "game24":
         from metamod.tasks.game24 import check_expression, puzzle_numbers
 
         numbers = puzzle_numbers(gold)
         return numbers is not None and check_expression(candidate, numbers)
-    # math: refuse hedges ("5 or 7") unless the gold itself joins values; then exact numbers, then a loose string
-    # key, then symbolic comparison.
-    if len(_math_parts(gold)) == 1:
-        candidate = _single_math_value(candidate)
-        if candidate is None:
-            return False
-    gold_number, number = _to_number(gold), _to_number(candidate)
-    if gold_number is not None and number is not None:
-        return gold_number == number
-    key = _latex_key(candidate)
-    if key and key == _latex_key(gold):
-        return True
-    if len(candidate) > MAX_MATH_CHARS or len(gold) > MAX_MATH_CHARS or _too_costly(candidate):
-        return False
-    return _math_verify_equal(candidate, gold)
-
-
-def __getattr__(name: str) -> object:
-    """Re-export :data:`metamod.tasks.approx.APPROX_REL_TOL` (``from metamod.tasks.grading import APPROX_REL_TOL``)."""
-    if name == "APPROX_REL_TOL":
-        from metamod.tasks.approx import APPROX_REL_TOL
-
-        return APPROX_REL_TOL
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return math_equal(candidate, gold)

@@ -26,7 +26,7 @@ from typing import Any
 from metamod.errors import InputError
 from metamod.tasks.base import Example
 from metamod.tasks.benchmarks import TableTask, _as_text, _concat_tables
-from metamod.tasks.grading import _boxed_contents
+from metamod.tasks.math_values import boxed_contents
 from metamod.tasks.sources import Table, load_hub_table, read_table
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def last_boxed(text: Any) -> str | None:
     >>> last_boxed(r"\\boxed{a_{n}^{2}}"), last_boxed(r"\\boxed{7} then \\boxed{}"), last_boxed("none"), last_boxed(None)
     ('a_{n}^{2}', None, None, None)
     """
-    found = _boxed_contents(text) if isinstance(text, str) else []
+    found = boxed_contents(text) if isinstance(text, str) else []
     return (found[-1].strip() or None) if found else None
 
 
@@ -61,7 +61,7 @@ def latex_gold(value: Any) -> str | None:
     match = _DOLLARS_RE.match(text)
     if match:
         text = match.group(1)
-    boxed = _boxed_contents(text)
+    boxed = boxed_contents(text)
     if len(boxed) == 1 and text.startswith(("\\boxed", "\\fbox")) and text.rstrip().endswith("}"):
         text = boxed[0]
     return text.strip() or None
