@@ -23,9 +23,9 @@ from scipy.stats import multivariate_t
 from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from metamod.memory import hdp_kernel
 from metamod.memory.hdp import HDPGMM
-from metamod.memory.hdp_forms import FormCache
+from metamod.memory.hdp import kernel as hdp_kernel
+from metamod.memory.hdp.forms import FormCache
 
 
 def synth(n: int, dim: int = 128, k: int = 64, seed: int = 0, sep: float = 0.5):

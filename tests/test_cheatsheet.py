@@ -426,7 +426,7 @@ def test_paper_fit_config_is_table_3():
     from metamod.config import parse_config
     from metamod.memory.cheatsheet_fit import FitCheatsheetConfig
     from metamod.memory.hdp import HDPGMM
-    from metamod.memory.hdp_support import preset_prior
+    from metamod.memory.hdp.support import preset_prior
 
     (config,) = parse_config([FitCheatsheetConfig], ["--config", str(_config("memory", "fit_cheatsheet_paper.yaml"))])
     assert config.dim == 128 and config.projector

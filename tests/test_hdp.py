@@ -1,4 +1,4 @@
-"""HDP-GMM numerics (metamod/memory/hdp.py, hdp_stats.py): statistics, predictive, sampler, online, retrieval."""
+"""HDP-GMM numerics (metamod/memory/hdp/model.py, hdp/stats.py): statistics, predictive, sampler, online, retrieval."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from scipy.stats import multivariate_t
 from sklearn.metrics import adjusted_rand_score
 
-from metamod.memory import hdp_kernel
 from metamod.memory.hdp import HDPGMM
-from metamod.memory.hdp_query import rank_logits
-from metamod.memory.hdp_stats import NIWComponents, Rank1, gaussian_sym_kl, loo_quadratic, quad_features
+from metamod.memory.hdp import kernel as hdp_kernel
+from metamod.memory.hdp.query import rank_logits
+from metamod.memory.hdp.stats import NIWComponents, Rank1, gaussian_sym_kl, loo_quadratic, quad_features
 
 
 def blobs(n=300, dim=6, k=5, spread=8.0, seed=0, scale=1.0):
@@ -236,7 +236,7 @@ def test_uncached_features_give_the_same_chain():
 
 def _always_replay(monkeypatch) -> None:
     """Blocks replay the logged changes whenever they can (the cost rule's weights zeroed)."""
-    from metamod.memory import hdp_forms
+    from metamod.memory.hdp import forms as hdp_forms
 
     monkeypatch.setattr(hdp_forms, "REPLAY_COST", 0.0)
     monkeypatch.setattr(hdp_forms, "STALE_COST", 0.0)
@@ -252,7 +252,7 @@ def _carried(monkeypatch, kernel: str, X, doms, **kw):
 def test_replayed_forms_equal_recomputed_forms(monkeypatch, kernel):
     """After sweeps with moves, births and compactions, every block's replayed forms equal forms computed afresh
     from the current components (float64)."""
-    from metamod.memory import hdp_forms
+    from metamod.memory.hdp import forms as hdp_forms
 
     if kernel == "numba" and not hdp_kernel.AVAILABLE:
         pytest.skip("numba not installed (the [fast] extra)")
@@ -385,8 +385,8 @@ def test_refit_merges_near_duplicates_and_keeps_distinct_components():
 
 def test_merge_threshold_applies_to_the_sum_of_both_kl_directions():
     """eps = 0.1 bounds KL01 + KL10: a pair at sum 0.15 (mean 0.075) stays apart; eps = 0.2 (the mean rule) merges it."""
-    from metamod.memory.hdp_stats import posterior_gaussians
-    from metamod.memory.hdp_sweep import greedy_merge
+    from metamod.memory.hdp.stats import posterior_gaussians
+    from metamod.memory.hdp.sweep import greedy_merge
 
     rng = np.random.default_rng(3)
     Z = rng.normal(size=(3000, 3))
@@ -451,7 +451,7 @@ def test_insert_fast_path_equals_refactorising_every_change(fitted):
 
 
 def test_batched_inserts_equal_one_row_at_a_time(monkeypatch):
-    from metamod.memory import hdp_online
+    from metamod.memory.hdp import online as hdp_online
 
     X, _, doms, _ = blobs(n=200, seed=6)
     rng = np.random.default_rng(25)

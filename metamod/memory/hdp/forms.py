@@ -4,7 +4,7 @@ A blocked sweep needs each point's Psi-metric quadratic form ``q = (y - mu)^T P 
 computing them afresh is one GEMM of the cached quadratic features per block (``F = D (D + 1) / 2 + D + 1``
 multiply-adds per point and slot: 8,385 at D = 128). Once the chain settles, a sweep moves a few hundred of the
 rows, and each move is a rank-1 change of two slots whose effect on *any* point's form is additive:
-``q' = q - 2 r t + r^2 a - s_h (t - r a)^2`` with ``t = g . y - g . mu`` (:class:`~metamod.memory.hdp_stats.Rank1`;
+``q' = q - 2 r t + r^2 a - s_h (t - r a)^2`` with ``t = g . y - g . mu`` (:class:`~metamod.memory.hdp.stats.Rank1`;
 the terms after ``q`` do not depend on ``q``). So forms computed at one visit of a block stay exact after the
 changes logged since are *replayed*: one GEMM of the block's rows with the logged ``g`` vectors (``D``
 multiply-adds per point and change) and an O(1) update per point and change. A block replays when that is cheaper
@@ -14,12 +14,12 @@ around its mean (:func:`slot_forms`) for each block on that block's next visit.
 
 The cache lives only during :meth:`~metamod.memory.hdp.HDPGMM.fit`'s sweeps (``replay_forms=True``): every change
 of a component there goes through a move or a birth (logged by the compiled kernel or by
-:meth:`~metamod.memory.hdp_sweep._Block._apply`) or a compaction (:meth:`FormCache.remap`); refactorisations
+:meth:`~metamod.memory.hdp.sweep._Block._apply`) or a compaction (:meth:`FormCache.remap`); refactorisations
 change the forms only by rounding. The replayed forms differ from recomputed ones by the GEMM dtype's rounding
 (tested against float64 forms after sweeps with moves, births and compactions).
 
 >>> import numpy as np
->>> from metamod.memory.hdp_stats import NIWComponents
+>>> from metamod.memory.hdp.stats import NIWComponents
 >>> comps = NIWComponents(dim=2, kappa0=0.01, nu0=4.0, psi0=np.eye(2), dtype=np.float64)
 >>> k = comps.new_slot()
 >>> _ = comps.add(k, np.array([1.0, 0.0]))
@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from metamod.memory import hdp_kernel
-from metamod.memory.hdp_stats import Rank1, n_features
+from metamod.memory.hdp import kernel as hdp_kernel
+from metamod.memory.hdp.stats import Rank1, n_features
 
 # A block replays when REPLAY_COST x (changes x D) + STALE_COST x (stale slots x F) < K x F. Measured at D = 128
 # on 2 cores per 1,024 rows: replaying one logged change ~4 us (its GEMM row and the compiled update), a slot's

@@ -8,9 +8,9 @@ responsible one (counts, CRF table). Rows are processed in batches of :data:`INS
 features against the packed coefficients) gives every row's quadratic forms against every component, and each
 soft update is a rank-1 change
 whose effect on the batch's later rows is applied in O(D) per row
-(:class:`~metamod.memory.hdp_stats.Rank1`) — the same sequential result as one row at a time. The compiled
+(:class:`~metamod.memory.hdp.stats.Rank1`) — the same sequential result as one row at a time. The compiled
 kernel also keeps each slot's D x D updates pending, a few at a time, and applies them in one pass
-(:func:`metamod.memory.hdp_kernel._insert_rows`).
+(:func:`metamod.memory.hdp.kernel._insert_rows`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from metamod.memory.hdp_stats import quad_features, t_logpdf_from_q
-from metamod.memory.hdp_support import blas_threads
+from metamod.memory.hdp.stats import quad_features, t_logpdf_from_q
+from metamod.memory.hdp.support import blas_threads
 
 INSERT_BLOCK = 256
 FOLD_MIN = 1e-6  # responsibilities below this are not folded in (as in the paper)
@@ -123,9 +123,9 @@ class _Batch:
         self.comp[i], self.rho[i], self.born[i], self.cause[i] = k, rho_new, cause is not None, cause
 
     def compiled(self) -> None:
-        """All rows through :func:`metamod.memory.hdp_kernel.insert_rows_compiled`; births and the rare rows it
+        """All rows through :func:`metamod.memory.hdp.kernel.insert_rows_compiled`; births and the rare rows it
         hands back go through :meth:`insert`."""
-        from metamod.memory.hdp_kernel import DONE, REFRESH, insert_rows_compiled
+        from metamod.memory.hdp.kernel import DONE, REFRESH, insert_rows_compiled
 
         m, comps = self.model, self.comps
         i = 0

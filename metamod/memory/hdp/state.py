@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from metamod.memory import hdp_support as sup
+from metamod.memory.hdp import support as sup
 
 
 def state_arrays(model) -> dict[str, np.ndarray]:

@@ -11,13 +11,13 @@ f_k^{-i}(x)``, new component ``∝ alpha beta_u f_0(x)`` (``beta_u`` split by ``
 each sweep table counts ``m_{d,k}`` are drawn (Antoniak) and ``beta ~ Dir(m_.1, ..., m_.K, gamma)``.
 ``flat=True`` is the pooled DP-GMM: ``p(z = k) ∝ N_k^{-i} f_k``, new ``∝ gamma f_0``.
 
-Sweep kernel (exact, blocked; :mod:`metamod.memory.hdp_sweep`): one GEMM of cached quadratic features per block
+Sweep kernel (exact, blocked; :mod:`metamod.memory.hdp.sweep`): one GEMM of cached quadratic features per block
 gives every point's quadratic form against every component (``dtype`` float32 by default, log densities in
 float64); the points are then drawn in order, and a move updates the two touched components' precisions
 (Sherman-Morrison) and the rest of the block's quadratic forms against them in O(D) per point, so the result is
 the sequential Gibbs sweep. During ``fit`` the forms are carried between sweeps: a block replays the rank-1 changes
 logged since its last visit instead of recomputing them when that is cheaper (``replay_forms``,
-:mod:`metamod.memory.hdp_forms`; exact). Initialisation: an exact sequential CRP pass over a random subset of
+:mod:`metamod.memory.hdp.forms`; exact). Initialisation: an exact sequential CRP pass over a random subset of
 ``init_size`` rows and ``init_sweeps`` Gibbs sweeps over them, then every other row drawn from its conditional
 given those components (a "new component" draw joins its most likely component); then ``sweeps``
 sweeps (the final state is kept; ``history_`` records K, log marginal likelihood, moves, seconds and replayed blocks per
@@ -62,16 +62,16 @@ from typing import Any
 
 import numpy as np
 
-from metamod.memory import hdp_kernel
-from metamod.memory import hdp_stats as hs
-from metamod.memory import hdp_support as sup
-from metamod.memory.hdp_forms import FormCache
-from metamod.memory.hdp_online import insert_rows
-from metamod.memory.hdp_query import centroid_logits, predictive_rank, rank_logits
-from metamod.memory.hdp_state import from_state_arrays, state_arrays
-from metamod.memory.hdp_stats import NIWComponents, quad_features, t_logpdf_from_q
-from metamod.memory.hdp_support import as_domain, as_rows, blas_threads
-from metamod.memory.hdp_sweep import (
+from metamod.memory.hdp import kernel as hdp_kernel
+from metamod.memory.hdp import stats as hs
+from metamod.memory.hdp import support as sup
+from metamod.memory.hdp.forms import FormCache
+from metamod.memory.hdp.online import insert_rows
+from metamod.memory.hdp.query import centroid_logits, predictive_rank, rank_logits
+from metamod.memory.hdp.state import from_state_arrays, state_arrays
+from metamod.memory.hdp.stats import NIWComponents, quad_features, t_logpdf_from_q
+from metamod.memory.hdp.support import as_domain, as_rows, blas_threads
+from metamod.memory.hdp.sweep import (
     SCAN_CHUNK,
     ScanStore,
     gibbs_sweep,
@@ -102,7 +102,7 @@ class HDPGMM:
         flat: pooled DP-GMM instead of the hierarchy.
         tau_new: novelty threshold for online births; birth: "threshold" or "sample" (Bernoulli(rho_new)).
         merge, merge_eps: greedy merge in ``refit`` of pairs whose symmetric KL, KL01 + KL10 (the sum, as the
-            paper's rule reads; :func:`~metamod.memory.hdp_stats.gaussian_sym_kl`), is < merge_eps (table 3:
+            paper's rule reads; :func:`~metamod.memory.hdp.stats.gaussian_sym_kl`), is < merge_eps (table 3:
             0.1). Runs before this rule used the mean of the two directions: merge_eps 0.2 reproduces them.
         dtype: dtype of the sweep / retrieval GEMM ("float32" or "float64").
         block: points per GEMM block in the sweep kernel (1 to 1024; does not change results).
@@ -111,11 +111,11 @@ class HDPGMM:
         feature_cache_gb: largest cache of the rows' quadratic features (F = D (D + 1) / 2 + D + 1 floats per
             row: 33.5 kB at D = 128, 4.4 GB for 130,000 rows); larger corpora are featurised per block (slower).
         kernel: the sweep's sequential part, the online inserts and the retrieval ranking: "numba" (compiled,
-            :mod:`metamod.memory.hdp_kernel`), "numpy", or "auto" (numba when installed). Same chain either way
+            :mod:`metamod.memory.hdp.kernel`), "numpy", or "auto" (numba when installed). Same chain either way
             (retrieval weights to rounding).
         replay_forms: during ``fit``, keep every row's quadratic forms between sweeps and bring a block up to date
             by replaying the rank-1 changes of the moves since its last visit instead of recomputing it, when that
-            is cheaper (:mod:`metamod.memory.hdp_forms`; a settled sweep moves a few hundred rows). Exact; results
+            is cheaper (:mod:`metamod.memory.hdp.forms`; a settled sweep moves a few hundred rows). Exact; results
             change only by the GEMM dtype's rounding. Costs (K, N) float64 of memory during the fit.
         threads: BLAS threads for the big GEMMs (sweep blocks, batches of >= 64 queries); None keeps the caller's
             setting. Small products always run on one thread; on a loaded machine one thread is often faster for
@@ -392,7 +392,7 @@ class HDPGMM:
         return t_logpdf_from_q(q, df[:, None], c[:, None], log_norm[:, None], self.dim_)
 
     def _sweep(self) -> tuple[int, int]:
-        """One exact collapsed Gibbs sweep (:mod:`metamod.memory.hdp_sweep`); returns (moves, births).
+        """One exact collapsed Gibbs sweep (:mod:`metamod.memory.hdp.sweep`); returns (moves, births).
         Compacts empty slots and redraws the global weights."""
         moves, births = gibbs_sweep(self)
         resample_beta(self)
@@ -551,7 +551,7 @@ class HDPGMM:
         return self.partial_fit_many(np.asarray(x).reshape(1, -1), [domain], field="x")[0]
 
     def partial_fit_many(self, X: np.ndarray, domains, *, field: str = "X") -> list[dict[str, Any]]:
-        """Online inserts of several rows in order (:mod:`metamod.memory.hdp_online`): the result of calling
+        """Online inserts of several rows in order (:mod:`metamod.memory.hdp.online`): the result of calling
         :meth:`partial_fit` on each, computed in batches. ``domains``: one domain per row, or one for all."""
         self._check_fitted()
         X = as_rows(X, field, dim=self.dim_)

@@ -1,7 +1,7 @@
 """Compiled kernels of the HDP-GMM: the sweep's sequential part, inserts, retrieval (numba, optional: ``[fast]``).
 
 :func:`block_moves` walks a block's points in order exactly like
-:meth:`metamod.memory.hdp_sweep._Block.draw` / ``_apply`` do with numpy calls: each point's full conditional from
+:meth:`metamod.memory.hdp.sweep._Block.draw` / ``_apply`` do with numpy calls: each point's full conditional from
 the block's quadratic forms ``Q``, log densities ``F`` and log weights ``LW`` (own component by the leave-one-out
 identity), an inverse-CDF draw with the point's pre-drawn uniform, and for a move between existing components the
 rank-1 statistics, precision (Sherman-Morrison) and determinant updates of both components plus the O(D) update of
@@ -11,10 +11,10 @@ emptied or an ill-conditioned downdate; before a change of a slot due for refact
 (the caller refactorises those slots from their statistics and re-enters at the same point). With the same uniforms both paths give the same
 chain (tested in float64); the compiled one removes the per-point interpreter overhead. During a fit it also logs
 each move's two rank-1 changes for the form cache, and :func:`replay_forms_compiled` replays them onto a block's
-carried forms (:mod:`metamod.memory.hdp_forms`).
+carried forms (:mod:`metamod.memory.hdp.forms`).
 
-The online inserts (:func:`insert_rows_compiled`, :mod:`metamod.memory.hdp_online`) and the retrieval scores
-(:mod:`metamod.memory.hdp_query`: quadratic features, ranking, and one call for a few queries) are compiled the
+The online inserts (:func:`insert_rows_compiled`, :mod:`metamod.memory.hdp.online`) and the retrieval scores
+(:mod:`metamod.memory.hdp.query`: quadratic features, ranking, and one call for a few queries) are compiled the
 same way.
 
 Without numba :data:`AVAILABLE` is False and the numpy paths run (same results; weights to rounding).
@@ -36,7 +36,7 @@ LOG_PI = math.log(math.pi)
 
 
 def _t_consts(kappa, nu, logdet_psi, D):
-    """Student-t ``(df, c, log_norm)`` of one component (as :func:`metamod.memory.hdp_stats.student_t_consts`)."""
+    """Student-t ``(df, c, log_norm)`` of one component (as :func:`metamod.memory.hdp.stats.student_t_consts`)."""
     df = nu - D + 1.0
     c = (kappa + 1.0) / (kappa * df)
     ln = (
@@ -80,7 +80,7 @@ def _block_moves(
     """Process block positions ``[start, stop)``; returns ``(position, code, pick, moves)`` (see module doc).
     Each move appends its two rank-1 changes to the log ``(log_row, log_g, log_scal)`` at ``log_n[0]``, as the
     slots' rows ``log_rows[slot]`` (room for two per position reserved by the caller; an empty ``log_g`` logs
-    nothing: :mod:`metamod.memory.hdp_forms`)."""
+    nothing: :mod:`metamod.memory.hdp.forms`)."""
     B, D = Y.shape
     p = np.empty(K + 1)
     g_old = np.empty(D)
@@ -241,7 +241,7 @@ def _insert_rows(
     df, c, ln, alpha, gamma, flat, kappa0, nu0, refresh_every,
     threshold, tau_new, fold_min, comp, rho, touched,
 ):  # fmt: skip
-    """Online inserts of batch rows ``[start, B)`` as :meth:`metamod.memory.hdp_online._Batch.insert` does them;
+    """Online inserts of batch rows ``[start, B)`` as :meth:`metamod.memory.hdp.online._Batch.insert` does them;
     returns ``(row, code)``: ``DONE``, ``HANDBACK`` at a birth or a row whose fold-in needs the numpy path, or
     ``REFRESH`` before a row that changes a slot due for refactorisation.
 
@@ -369,7 +369,7 @@ def _insert_rows(
 
 def _features_row(x, offsets, phi):
     """Quadratic features of one row ``x`` into ``phi`` (the products of
-    :func:`metamod.memory.hdp_stats.quad_features` in the same dtype, so the same bits)."""
+    :func:`metamod.memory.hdp.stats.quad_features` in the same dtype, so the same bits)."""
     D = x.shape[0]
     npair = offsets[D]
     for i in range(D):
@@ -401,7 +401,7 @@ def _nearest(x, C, csq):
 
 def _log_weights(ndk, beta, alpha, flat, K):
     """(domains or 1, K) log mixture weights ``log(n_{d,k} + alpha beta_k)`` (flat: one row, ``log N_k``), as
-    :func:`metamod.memory.hdp_query.log_mixture_weights`."""
+    :func:`metamod.memory.hdp.query.log_mixture_weights`."""
     if flat:
         out = np.empty((1, K))
         for k in range(K):
@@ -420,7 +420,7 @@ def _log_weights(ndk, beta, alpha, flat, K):
 def _rank_row(q, log_w, df, c, ln, D, top, order, weights, lg):
     """Rank the components for one query with quadratic forms ``q`` (K,) and log mixture weights ``log_w`` (K,):
     logits ``log_w[k] + log t_k(q)``, softmax weights, and the ``top`` largest, best first (ties: lower k first),
-    into ``order`` / ``weights`` (as :func:`metamod.memory.hdp_query.rank_logits` does with numpy); ``lg``: (K,)
+    into ``order`` / ``weights`` (as :func:`metamod.memory.hdp.query.rank_logits` does with numpy); ``lg``: (K,)
     scratch."""
     K = q.shape[0]
     mx = -np.inf
@@ -478,7 +478,7 @@ def _retrieve_rows(Q, mu0, C, csq, doms, ndk, beta, alpha, flat, coef, offsets, 
 
 def _pack_coefficients(slots, prec, mu, offsets, coef):
     """Packed quadratic-form coefficients ``[P_ij (x2 off the diagonal), -2 P mu, mu^T P mu]`` of ``slots`` into
-    the rows of ``coef`` (as :meth:`metamod.memory.hdp_stats.NIWComponents.coefficients` does with numpy)."""
+    the rows of ``coef`` (as :meth:`metamod.memory.hdp.stats.NIWComponents.coefficients` does with numpy)."""
     D = mu.shape[1]
     npair = offsets[D]
     for k in slots:
@@ -500,7 +500,7 @@ def _pack_coefficients(slots, prec, mu, offsets, coef):
 
 def _replay_forms(values, start, T, rows, scal):
     """Add each logged change's update of the quadratic forms (``T[e]``: ``g_e . y`` of the block's rows) to row
-    ``rows[e]`` of ``values`` from column ``start`` (:mod:`metamod.memory.hdp_forms`)."""
+    ``rows[e]`` of ``values`` from column ``start`` (:mod:`metamod.memory.hdp.forms`)."""
     E, B = T.shape
     for e in range(E):
         row = values[rows[e], start : start + B]

@@ -2,9 +2,9 @@
 
 ``w_k ∝ pi_{d,k} p_k(q)`` over the existing components (predictive retrieval, issue part 3): the query's
 quadratic forms against every component are one ``dtype`` product of its quadratic features with the packed
-coefficients (:meth:`~metamod.memory.hdp_stats.NIWComponents.coefficients`), in chunks of :data:`QUERY_CHUNK`
+coefficients (:meth:`~metamod.memory.hdp.stats.NIWComponents.coefficients`), in chunks of :data:`QUERY_CHUNK`
 queries so the features stay in cache; then Student-t log densities, the log mixture weights of the query's
-domain, a softmax and the ``top`` best. With numba (:mod:`metamod.memory.hdp_kernel`) and the model's ``kernel``
+domain, a softmax and the ``top`` best. With numba (:mod:`metamod.memory.hdp.kernel`) and the model's ``kernel``
 "auto" or "numba", the ranking is compiled (no per-query interpreter work, no (K, n) temporaries); otherwise the
 same arithmetic runs in numpy (:func:`rank_logits`). Both give the same ranking; weights agree to float64 rounding.
 The features are built compiled whenever numba is installed (bit-identical to numpy's). BC-centroids ranks
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from metamod.memory import hdp_kernel
-from metamod.memory.hdp_stats import feature_offsets, quad_features, t_logpdf_from_q
+from metamod.memory.hdp import kernel as hdp_kernel
+from metamod.memory.hdp.stats import feature_offsets, quad_features, t_logpdf_from_q
 
 QUERY_CHUNK = 256  # queries per feature block: 256 x 8,385 float32 = 8.6 MB at D = 128 (stays in L3)
 FUSED_MAX = 16  # up to this many queries: one compiled call, a matrix-vector product per query

@@ -40,7 +40,7 @@ import numpy as np
 from scipy.linalg import blas, lapack
 from scipy.special import gammaln, multigammaln
 
-from metamod.memory import hdp_kernel
+from metamod.memory.hdp import kernel as hdp_kernel
 
 LOG_PI = float(np.log(np.pi))
 _ger = blas.dger  # a += alpha x y^T in place (Fortran-order a)
@@ -69,7 +69,7 @@ def n_features(dim: int) -> int:
 def quad_features(X: np.ndarray, *, dtype=None, out: np.ndarray | None = None) -> np.ndarray:
     """Quadratic features ``[x_i x_j (i <= j, row-major), x, 1]`` of the rows of ``X`` (n, D) -> (n, F).
 
-    Compiled (:func:`metamod.memory.hdp_kernel.quad_features_compiled`, the same products, bit for bit) when numba
+    Compiled (:func:`metamod.memory.hdp.kernel.quad_features_compiled`, the same products, bit for bit) when numba
     is installed; otherwise one slice product per row of the triangle (D calls), a gather for a handful of rows.
 
     >>> quad_features(np.array([[2.0, 3.0]])).tolist()

@@ -8,16 +8,16 @@ quadratic features as a view instead of gathering rows.
 
 Per block of ``block`` points (one GEMM, :meth:`NIWComponents.quad_packed`; during a fit, the forms carried from
 the block's last visit with the rank-1 changes logged since replayed, when cheaper: :func:`block_forms`,
-:mod:`metamod.memory.hdp_forms`): every point's Psi-metric quadratic form against every component. Then the
+:mod:`metamod.memory.hdp.forms`): every point's Psi-metric quadratic form against every component. Then the
 block is processed in sub-blocks of :data:`EVENT_BLOCK` points: all remaining points of the sub-block are drawn at once by inverse CDF with one pre-drawn uniform each; at the first
 point whose draw changes the state (a move, a birth, a beta re-split) the change is applied and the sub-block is
-redrawn from the next point. A move is a rank-1 change of two components (:class:`~metamod.memory.hdp_stats.Rank1`),
+redrawn from the next point. A move is a rank-1 change of two components (:class:`~metamod.memory.hdp.stats.Rank1`),
 so the quadratic forms of the rest of the block against them are updated in O(D) per point, not recomputed.
 The own component enters through the O(1) leave-one-out identity
-(:func:`~metamod.memory.hdp_stats.loo_quadratic`); points whose leave-one-out term is ill-conditioned in the GEMM
+(:func:`~metamod.memory.hdp.stats.loo_quadratic`); points whose leave-one-out term is ill-conditioned in the GEMM
 ``dtype`` (a point that carries most of a small component) get their own quadratic form recomputed in float64.
 The result is the sequential Gibbs sweep in that scan order (tested equal to ``block=1``). With numba installed
-the draws and moves of a block run in one compiled loop instead (:mod:`metamod.memory.hdp_kernel`; the same chain,
+the draws and moves of a block run in one compiled loop instead (:mod:`metamod.memory.hdp.kernel`; the same chain,
 tested), which hands births, beta re-splits and emptied components back to :meth:`_Block._apply`.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from metamod.memory.hdp_stats import (
+from metamod.memory.hdp.stats import (
     gaussian_sym_kl,
     loo_quadratic,
     n_features,
@@ -34,7 +34,7 @@ from metamod.memory.hdp_stats import (
     student_t_consts,
     t_logpdf_from_q,
 )
-from metamod.memory.hdp_support import antoniak_tables, blas_threads
+from metamod.memory.hdp.support import antoniak_tables, blas_threads
 
 SCAN_CHUNK = 1024  # storage positions per scan chunk (the largest allowed ``block``)
 EVENT_BLOCK = 128  # points redrawn together after a state change
@@ -113,7 +113,7 @@ def gibbs_sweep(model, stop: int | None = None) -> tuple[int, int]:
 
 def block_forms(model, start: int, stop: int, compiled: bool) -> np.ndarray:
     """(K, B) quadratic forms of storage positions ``[start, stop)`` against every slot: replayed from the form
-    cache when that is cheaper (:mod:`metamod.memory.hdp_forms`), else one GEMM of the cached features."""
+    cache when that is cheaper (:mod:`metamod.memory.hdp.forms`), else one GEMM of the cached features."""
     store, cache, K = model._store, model._form_cache, model.comps.size
     if cache is not None:
         with model._gemm_threads(stop - start):
@@ -144,9 +144,9 @@ def sweep_block(model, start: int, stop: int, u: np.ndarray) -> tuple[int, int]:
 
 
 def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
-    """The block's draws through :func:`metamod.memory.hdp_kernel.block_moves`; the points it hands back
+    """The block's draws through :func:`metamod.memory.hdp.kernel.block_moves`; the points it hands back
     (new-component draws, emptied components, refactorisations) go through :meth:`_Block._apply`."""
-    from metamod.memory.hdp_kernel import DONE, REFRESH, block_moves
+    from metamod.memory.hdp.kernel import DONE, REFRESH, block_moves
 
     m, comps, cache = block.model, block.comps, block.model._form_cache
     moves = births = 0
