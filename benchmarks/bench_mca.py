@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 from metamod.llm.base import Generation  # noqa: E402
 from metamod.memory.base import GuidanceRequest, Observation  # noqa: E402
 from metamod.memory.mca import MCAOptions, MetaCognitiveAccumulator  # noqa: E402
-from metamod.memory.mca_parse import check_composed, word_count  # noqa: E402
-from metamod.memory.mca_reflect import reflect  # noqa: E402
+from metamod.memory.mca.parse import check_composed, word_count  # noqa: E402
+from metamod.memory.mca.reflect import reflect  # noqa: E402
 from metamod.rollout.mro import MROStats, run_mro  # noqa: E402
 from metamod.rollout.mro_simulated import MROSimulationConfig, simulated_roles  # noqa: E402
 from metamod.tasks import load_task  # noqa: E402

@@ -12,9 +12,9 @@ import pytest
 from metamod.llm.base import Generation
 from metamod.memory.base import GuidanceRequest, Observation
 from metamod.memory.mca import MCAOptions, MetaCognitiveAccumulator, guidance_relevance
-from metamod.memory.mca_parse import parse_lessons, parse_rules
-from metamod.memory.mca_reflect import Reflection, reflect, select
-from metamod.memory.mca_writers import KnowledgeItem, Lesson
+from metamod.memory.mca.parse import parse_lessons, parse_rules
+from metamod.memory.mca.reflect import Reflection, reflect, select
+from metamod.memory.mca.writers import KnowledgeItem, Lesson
 from metamod.rollout.mro_traces import example_mro_trace, validate_mro_trace
 from metamod.tasks.base import Example
 from tests._memory_data import CAPITAL, PENS, PENS2, TRAIN, TRAIN2, NoGoldExample
@@ -349,23 +349,23 @@ def test_max_reflections_caps_each_set_when_set():
 
 
 def test_a_long_distiller_prompt_is_logged_never_cut(caplog, monkeypatch):
-    import metamod.memory.mca_writers as writers
+    import metamod.memory.mca.writers as writers
 
     llm = FakeLLM()
     mem = llm_mca(llm)
-    with caplog.at_level("WARNING", logger="metamod.memory.mca_writers"):
+    with caplog.at_level("WARNING", logger="metamod.memory.mca.writers"):
         feed_batch(mem, _many(2))
     assert not [r for r in caplog.records if "distiller" in r.getMessage()]  # short prompts: silent
     monkeypatch.setattr(writers, "LONG_DISTILL_PROMPT_TOKENS", 50)
     caplog.clear()
-    with caplog.at_level("WARNING", logger="metamod.memory.mca_writers"):
+    with caplog.at_level("WARNING", logger="metamod.memory.mca.writers"):
         feed_batch(mem, _many(6))
     long = [r.getMessage() for r in caplog.records if "prompt is long" in r.getMessage()]
     assert len(long) == 3 and "6 S+ and 6 S- reflections" in long[0] and "max_reflections" in long[0]
     assert llm.calls[-2][1][0][0]["content"].count("Problem: ") == 12  # logged, not shortened
     llm.context_length = 120
     caplog.clear()
-    with caplog.at_level("WARNING", logger="metamod.memory.mca_writers"):
+    with caplog.at_level("WARNING", logger="metamod.memory.mca.writers"):
         feed_batch(mem, _many(6))
     assert any("does not fit the memory LLM's context of 120 tokens" in r.getMessage() for r in caplog.records)
 

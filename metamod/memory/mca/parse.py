@@ -1,6 +1,6 @@
 """Reading the MetaCognitive Accumulator's writer replies: lessons, rules, composed prompts (no model calls).
 
-The LLM writer of :mod:`metamod.memory.mca_writers` sends prompts; this module turns the replies into items,
+The LLM writer of :mod:`metamod.memory.mca.writers` sends prompts; this module turns the replies into items,
 leniently and with the reading that worked reported (so fallbacks are counted), and holds the composer's checks
 (MC² C.3: every field present, parseable, within budget).
 

@@ -6,7 +6,7 @@ Three role streams (``reasoner``, ``monitor``, ``controller``) are updated separ
 
 At the end of batch ``b`` (:meth:`MetaCognitiveAccumulator.consolidate`, no gold text anywhere):
 
-1. every finished question becomes an instance reflection (:mod:`metamod.memory.mca_reflect`, Eq. 8);
+1. every finished question becomes an instance reflection (:mod:`metamod.memory.mca.reflect`, Eq. 8);
 2. per role, S+ (one iteration, accepted at once) and S- (budget used up, ending in a restart) are selected (Eq. 9);
 3. ONE batched writer call distils each role's S+ and S- into a micro-lesson of DO / AVOID items (Eq. 10), with
    ids ``L<b>.<role>.<n>``; every selected reflection goes in (``max_reflections`` caps each set only when set),
@@ -57,9 +57,9 @@ import numpy as np
 from metamod.llm.base import SamplingConfig
 from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
 from metamod.memory.embed import Embedder, build_embedder, top_k_scores
-from metamod.memory.mca_parse import remove_question, word_count
-from metamod.memory.mca_reflect import ROLE_STREAM, STREAMS, Reflection, reflect, select
-from metamod.memory.mca_writers import (
+from metamod.memory.mca.parse import remove_question, word_count
+from metamod.memory.mca.reflect import ROLE_STREAM, STREAMS, Reflection, reflect, select
+from metamod.memory.mca.writers import (
     ComposeJob,
     ConsolidateJob,
     DistillJob,

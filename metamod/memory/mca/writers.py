@@ -8,8 +8,8 @@ Each operator has two implementations with the same inputs and outputs:
   tags, consolidation by near-duplicate merging with support counts, composition by fitting items into the budget.
 
 Shared types: a :class:`Lesson` (one micro-lesson item), a :class:`KnowledgeItem` (one meta-knowledge rule) and
-the job and output dataclasses of each operator. Replies are read by :mod:`metamod.memory.mca_parse` (lessons,
-rules, the composer's checks :func:`~metamod.memory.mca_parse.check_composed`).
+the job and output dataclasses of each operator. Replies are read by :mod:`metamod.memory.mca.parse` (lessons,
+rules, the composer's checks :func:`~metamod.memory.mca.parse.check_composed`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from metamod.memory.mca_parse import (
+from metamod.memory.mca.parse import (
     KIND_LABEL,
     NEAR_DUPLICATE,
     ROLE_TAGS,
@@ -35,7 +35,7 @@ from metamod.memory.mca_parse import (
     scrub,
     word_count,
 )
-from metamod.memory.mca_reflect import Reflection
+from metamod.memory.mca.reflect import Reflection
 from metamod.prompts import render
 
 logger = logging.getLogger(__name__)
