@@ -344,10 +344,10 @@ def test_ctypes_and_interpreter_internals_are_refused(run, code):
 def test_the_launchers_own_libc_handle_is_unusable(run):
     # the launcher's modules stay in sys.modules, its ctypes-based Libc among them; and the audit hook's frame in
     # a caught exception leads to the launcher's globals
-    grab = "import sys\nLibc = sys.modules['metamod.sandbox.child_kernel'].Libc\n"
+    grab = "import sys\nLibc = sys.modules['metamod.sandbox.child.kernel'].Libc\n"
     walk = "try:\n    open('/etc/x', 'w')\nexcept PermissionError as err:\n    tb = err.__traceback__\n"
     walk += "    while tb.tb_next:\n        tb = tb.tb_next\n    g = tb.tb_frame.f_globals\n"
-    walk += "    Libc = __import__(g['__name__'].replace('child_hook', 'child_kernel'), fromlist=['x']).Libc\n"
+    walk += "    Libc = __import__(g['__name__'].replace('child.hook', 'child.kernel'), fromlist=['x']).Libc\n"
     for code in (grab, walk):
         r = run(code + "Libc().call('system', b'touch /tmp/metamod_sandbox_pwned')")
         assert not r.ok and "PermissionError: sandbox: ctypes." in r.error, r.stderr

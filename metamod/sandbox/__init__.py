@@ -2,7 +2,7 @@
 
 Each execution is a FRESH interpreter (``python -I -S -B``, never a fork of the host) in its own session, with an
 empty environment and a throwaway work dir (removed afterwards, even on timeout). Inside, before the code runs, a
-small launcher (:mod:`metamod.sandbox.child`) makes the work dir a size-capped tmpfs in a private mount namespace
+small launcher (:mod:`metamod.sandbox.child.launch`) makes the work dir a size-capped tmpfs in a private mount namespace
 (the disk quota), enters new user + network + PID namespaces (no network at all; every process the code starts
 dies with it), makes uid 65534 its real, effective and saved uid when the host is root, drops capabilities, sets
 ``no_new_privs`` and a seccomp filter (``socket()``, io_uring, ptrace, mounts, set*uid, ... refused in the kernel),

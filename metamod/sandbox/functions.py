@@ -77,7 +77,7 @@ def run_function(
             load_error = f"code failed before the calls: {record.get('err')}"
         elif kind == "call" and isinstance(record.get("i"), int) and 0 <= record["i"] < len(inputs):
             found.setdefault(record["i"], record)
-        elif kind == "tamper" and tampered is None:  # this call and the later ones fail (see sandbox.child)
+        elif kind == "tamper" and tampered is None:  # this call and the later ones fail (see sandbox.child.launch)
             first = record.get("i") if isinstance(record.get("i"), int) else 0
             found = {i: r for i, r in found.items() if i < first}
             tampered = str(record.get("err"))[:300]

@@ -26,7 +26,7 @@ class SandboxResult:
     ``exit_code`` is the exit status, or ``-signal`` when a signal ended the process. ``killed_reason`` is None, or
     ``"timeout"`` (wall clock), ``"cpu"`` (RLIMIT_CPU), ``"memory"`` (MemoryError under RLIMIT_AS),
     ``"file_size"`` (RLIMIT_FSIZE), ``"disk"`` (the work dir's tmpfs is full: ``max_disk_mb``), ``"output"``
-    (output cap), ``"tamper"`` (the code wrote result records itself: see :mod:`metamod.sandbox.child`) or
+    (output cap), ``"tamper"`` (the code wrote result records itself: see :mod:`metamod.sandbox.child.launch`) or
     ``"signal:<NAME>"`` (any other fatal signal, e.g. a C stack overflow). ``error`` is a short one-line reason whenever ``ok`` is False (the exception's
     ``"Type: message"`` for an uncaught exception). ``cpu_s`` and ``max_rss_mb`` come from ``wait4`` (the process
     and the children it waited for). ``isolation`` says which protections were active, e.g.

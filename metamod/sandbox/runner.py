@@ -4,7 +4,7 @@
 ``python -I -S -B .launcher.pyc <job>`` (the precompiled launcher) (a fresh interpreter, never a fork of this process's state), started with
 ``close_fds``, ``start_new_session`` (so its whole process group can be killed), an environment of four variables
 and the throwaway work dir as its current directory; the launcher then isolates itself (see
-:mod:`metamod.sandbox.child`). One ``epoll`` loop reads stdout, stderr and the result pipe with caps and waits on a
+:mod:`metamod.sandbox.child.launch`). One ``epoll`` loop reads stdout, stderr and the result pipe with caps and waits on a
 pidfd for the exit, so a timeout or an output flood is noticed at once; afterwards the process group is killed
 (nothing the code started survives), the child is reaped with ``wait4`` (CPU time, peak RSS) and the work dir is
 removed, whatever happened. A host killed with SIGKILL cannot remove its work dirs: their names carry the host's

@@ -1,14 +1,14 @@
 """The launcher that runs INSIDE every fresh sandbox process, before and around the user's code.
 
 The host starts ``python -I -S -B .launcher.pyc <job file>`` in a new session with an empty environment and the
-throwaway work directory as its current directory; the ``.pyc`` bundles this module and the ``child_*`` modules it
+throwaway work directory as its current directory; the ``.pyc`` bundles this module and the other modules of this package it
 uses (:mod:`metamod.sandbox.launcher`). They use builtin modules only (no ``os``, ``ctypes``, ``json``, ``re``,
 ``enum``, ``signal`` or ``ast``: importing those would double the start-up time) and never the rest of ``metamod``.
 In order, the launcher:
 
 1. reads the job (a ``marshal`` file the host wrote into the work dir) and deletes it and its own ``.pyc``;
 2. makes a private mount namespace whose work dir is a size-capped tmpfs (the disk quota), and when started as root
-   makes the sandbox uid (65534) its real, effective and saved uid (:mod:`metamod.sandbox.child_kernel`);
+   makes the sandbox uid (65534) its real, effective and saved uid (:mod:`metamod.sandbox.child.kernel`);
 3. enters new user, network and PID namespaces (``unshare``), maps its own uid, prepares a Landlock ruleset (writes
    only under the work dir, reads only from the Python install and system libraries unless told otherwise, nothing
    executable, no TCP, no signals outside the sandbox), drops every capability, sets ``no_new_privs`` and a seccomp
@@ -38,9 +38,9 @@ import marshal
 import posix as os
 import sys
 
-from metamod.sandbox.child_codec import Channel, Unencodable, encode, js, literal, short_error
-from metamod.sandbox.child_hook import make_hook
-from metamod.sandbox.child_kernel import (
+from metamod.sandbox.child.codec import Channel, Unencodable, encode, js, literal, short_error
+from metamod.sandbox.child.hook import make_hook
+from metamod.sandbox.child.kernel import (
     PR_SET_PDEATHSIG,
     SIGKILL,
     Libc,

@@ -4,7 +4,7 @@ It runs inside the sandbox (bundled by :mod:`metamod.sandbox.launcher`): builtin
 :func:`isolate` applies, as far as the platform allows: a private mount namespace whose work dir is a size-capped
 tmpfs (the disk quota), the sandbox uid as real, effective AND saved uid when started as root (no uid 0 of any
 kind remains: root is exempt from ``RLIMIT_NPROC``), new user + network + PID namespaces, a Landlock ruleset
-(writes only in the work dir, reads only from :func:`~metamod.sandbox.child_paths.read_roots`, no exec, no TCP, no
+(writes only in the work dir, reads only from :func:`~metamod.sandbox.child.paths.read_roots`, no exec, no TCP, no
 signals or abstract sockets outside the sandbox), no capabilities, ``no_new_privs``, a seccomp filter (which also
 refuses the whole set*uid / set*gid / capset family) and the resource limits; it returns what is active.
 Syscalls go through ``_ctypes`` directly (:class:`Libc`): the ``ctypes`` package costs ~8 ms to import.
@@ -15,8 +15,8 @@ Syscalls go through ``_ctypes`` directly (:class:`Libc`): the ``ctypes`` package
 
 import posix as os
 
-from metamod.sandbox.child_codec import js, short_error
-from metamod.sandbox.child_paths import DEVICES, install_paths, isdir, read_roots
+from metamod.sandbox.child.codec import js, short_error
+from metamod.sandbox.child.paths import DEVICES, install_paths, isdir, read_roots
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000

@@ -17,7 +17,7 @@ True
 
 import posix as os
 
-from metamod.sandbox.child_paths import DEVICES, isdir, realpath
+from metamod.sandbox.child.paths import DEVICES, isdir, realpath
 
 # audit events refused in every mode, and the prefixes refused in every mode
 BLOCKED = frozenset(
