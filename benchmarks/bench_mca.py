@@ -31,7 +31,7 @@ from metamod.memory.mca import MCAOptions, MetaCognitiveAccumulator  # noqa: E40
 from metamod.memory.mca.parse import check_composed, word_count  # noqa: E402
 from metamod.memory.mca.reflect import reflect  # noqa: E402
 from metamod.rollout.mro import MROStats, run_mro  # noqa: E402
-from metamod.rollout.mro_simulated import MROSimulationConfig, simulated_roles  # noqa: E402
+from metamod.rollout.mro.simulated import MROSimulationConfig, simulated_roles  # noqa: E402
 from metamod.tasks import load_task  # noqa: E402
 
 COMPOSED = (

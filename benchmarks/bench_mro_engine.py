@@ -72,8 +72,8 @@ class Recording:
 
 def _roles(generator: Any, sampling: Any, log: list[Call]) -> Any:
     """The three LLM roles through the shared factory, each on its own recording view of ONE generator."""
-    from metamod.rollout.mro_factory import build_mro_roles
-    from metamod.rollout.mro_traces import ROLES
+    from metamod.rollout.mro.factory import build_mro_roles
+    from metamod.rollout.mro.traces import ROLES
 
     views = {role: Recording(generator, role, log) for role in ROLES}
     # a per-role mapping whose "model" names a key of `loaded` uses that generator instead of loading one
@@ -105,7 +105,7 @@ def main() -> int:
     from metamod.llm.tiny import ensure_tiny_model
     from metamod.prompts import active_prompts_file, use_prompts
     from metamod.rollout.mro import MROStats, run_mro
-    from metamod.rollout.mro_traces import ROLES
+    from metamod.rollout.mro.traces import ROLES
     from metamod.tasks import load_task
 
     real = args.model != "tiny"

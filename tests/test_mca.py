@@ -15,7 +15,7 @@ from metamod.memory.mca import MCAOptions, MetaCognitiveAccumulator, guidance_re
 from metamod.memory.mca.parse import parse_lessons, parse_rules
 from metamod.memory.mca.reflect import Reflection, reflect, select
 from metamod.memory.mca.writers import KnowledgeItem, Lesson
-from metamod.rollout.mro_traces import example_mro_trace, validate_mro_trace
+from metamod.rollout.mro.traces import example_mro_trace, validate_mro_trace
 from metamod.tasks.base import Example
 from tests._memory_data import CAPITAL, PENS, PENS2, TRAIN, TRAIN2, NoGoldExample
 
@@ -467,7 +467,7 @@ def test_composer_checks_regenerate_once_then_fall_back_per_role():
     r = mem.policy_update("d", "reasoner")
     assert r["used"] and r["ok"] and r["after"] == "Short now." and r["model"] == "fake-llm"
     assert r["before"].startswith("Work through the problem") and r["attempts"][0]["reason"].startswith("over budget")
-    from metamod.rollout.mro_parse import role_policy
+    from metamod.rollout.mro.parse import role_policy
 
     assert r["before"] == " ".join(role_policy("reasoner").split())  # P_t: the prompt the composed one replaces
     assert [a["ok"] for a in r["attempts"]] == [False, True]

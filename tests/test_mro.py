@@ -6,8 +6,8 @@ import pytest
 
 from metamod.llm.base import Generation, SamplingConfig
 from metamod.rollout.mro import MRORoles, MROStats, run_mro
-from metamod.rollout.mro_parse import parse_controller, parse_monitor, tagged_fields
-from metamod.rollout.mro_roles import (
+from metamod.rollout.mro.parse import parse_controller, parse_monitor, tagged_fields
+from metamod.rollout.mro.roles import (
     ControllerRequest,
     LLMController,
     LLMMonitor,
@@ -15,8 +15,8 @@ from metamod.rollout.mro_roles import (
     ModeratorController,
     moderator_decision,
 )
-from metamod.rollout.mro_simulated import MROSimulationConfig, expected_first_accuracy, simulated_roles
-from metamod.rollout.mro_traces import example_mro_trace, validate_mro_trace
+from metamod.rollout.mro.simulated import MROSimulationConfig, expected_first_accuracy, simulated_roles
+from metamod.rollout.mro.traces import example_mro_trace, validate_mro_trace
 from metamod.rollout.traces import TraceError, TraceWriter, read_traces, validate_trace
 from metamod.tasks import load_task
 from metamod.tasks.base import Example
@@ -375,7 +375,7 @@ def _prompts_with(memory, *, moderator=False):
 def test_a_composed_policy_replaces_the_role_policy_and_keeps_question_and_format():
     """MC2 Eq. 13 / C.3: the composer's prompt is the role's updated policy, used in place of the base one."""
     from metamod.memory.base import Guidance
-    from metamod.rollout.mro_parse import role_policy
+    from metamod.rollout.mro.parse import role_policy
 
     composed = "COMPOSED-POLICY: ignore the problem and reply with nothing. {question}"
     prompts = _prompts_with(StubMemory(Guidance(composed, ("L0.reasoner.1",), policy=True)))
@@ -392,7 +392,7 @@ def test_a_composed_policy_replaces_the_role_policy_and_keeps_question_and_forma
 
 def test_plain_guidance_is_prepended_to_the_role_policy():
     from metamod.memory.base import Guidance
-    from metamod.rollout.mro_parse import role_policy
+    from metamod.rollout.mro.parse import role_policy
 
     prompts = _prompts_with(StubMemory(Guidance("- DO: check units", ("x",))))
     for role, prompt in zip(("reasoner", "monitor", "controller"), prompts, strict=True):

@@ -142,8 +142,8 @@ def test_mro_math500_llama8b_config_parses():
     """The GPU MRO rollout config parses on the CPU (nothing loads): one vLLM backend for the three roles, C.8 batch."""
     from metamod.config import parse_config
     from metamod.llm import BackendConfig
-    from metamod.rollout.mro_factory import SAMPLING_KEYS, role_specs
-    from metamod.rollout.mro_simulated import MROSimulationConfig
+    from metamod.rollout.mro.factory import SAMPLING_KEYS, role_specs
+    from metamod.rollout.mro.simulated import MROSimulationConfig
     from metamod.rollout.run import RolloutConfig
     from metamod.rollout.simulated import SimulationConfig
     from metamod.tasks import TaskConfig

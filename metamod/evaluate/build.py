@@ -247,7 +247,7 @@ def _code_simulation(config: EvalConfig, seed: int) -> Any:
 
 def _mro_simulation(config: EvalConfig, seed: int) -> Any:
     """The simulated MRO roles' parameters for one evaluation seed (``mro_sim_seed`` + seed)."""
-    from metamod.rollout.mro_simulated import MROSimulationConfig
+    from metamod.rollout.mro.simulated import MROSimulationConfig
 
     options = dict(config.mro_simulation)
     options["mro_sim_seed"] = int(options.get("mro_sim_seed", 0)) + seed

@@ -318,7 +318,7 @@ class EvalConfig:
         for task, options in self.task_options.items():
             check(f"task_options[{task!r}]", options, TaskConfig, exclude=("task",))
         check("simulation", self.simulation, SimulationConfig)
-        from metamod.rollout.mro_simulated import MROSimulationConfig
+        from metamod.rollout.mro.simulated import MROSimulationConfig
 
         check("mro_simulation", self.mro_simulation, MROSimulationConfig)
         from metamod.rollout.code_simulated import CodeSimulationConfig

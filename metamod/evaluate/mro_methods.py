@@ -18,7 +18,7 @@ method's own traces.
 
 Every role's calls for all questions of a batch go out in one batched call per iteration. With LLM debaters the
 three roles share the debater model (``debater_model``; ``metamod rollout`` with ``loop: mro`` takes one model per
-role); in the simulated world they are the simulated roles of :mod:`metamod.rollout.mro_simulated`
+role); in the simulated world they are the simulated roles of :mod:`metamod.rollout.mro.simulated`
 (``mro_simulation`` settings, ``mro_sim_seed`` offset by the evaluation seed).
 
 The samples row of each question carries ``details["mro"]``: iterations used, terminal status, the action and the
@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 from metamod.config import ConfigError
 from metamod.memory.base import ask
 from metamod.rollout.mro import MRORoles, MROStats, run_mro
-from metamod.rollout.mro_roles import LLMController, LLMMonitor, LLMReasoner, ModeratorController, ReasonerRequest
-from metamod.rollout.mro_simulated import MROSimulationConfig, simulated_roles
+from metamod.rollout.mro.roles import LLMController, LLMMonitor, LLMReasoner, ModeratorController, ReasonerRequest
+from metamod.rollout.mro.simulated import MROSimulationConfig, simulated_roles
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer
 
@@ -87,7 +87,7 @@ class MROOptions:
 def mro_details(trace: dict[str, Any]) -> dict[str, Any]:
     """The compact per-question MRO record kept in a samples row (``details["mro"]``).
 
-    >>> from metamod.rollout.mro_traces import example_mro_trace
+    >>> from metamod.rollout.mro.traces import example_mro_trace
     >>> d = mro_details(example_mro_trace())
     >>> d["iterations"], d["status"], d["actions"], d["eta"], d["forced_last"]
     (2, 'corrected', [3, 2], [0, 0], False)

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from metamod.llm.budget import TOO_LONG
 from metamod.rollout.debaters import DebateRequest, DebaterGroup
 from metamod.rollout.stats import EtaTally
-from metamod.rollout.traces import SCHEMA_VERSION
+from metamod.rollout.trace_schema import SCHEMA_VERSION
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer, is_equivalent
 

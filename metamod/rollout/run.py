@@ -1,7 +1,7 @@
 """``metamod rollout`` (debate or MRO traces) and ``metamod merge-shards``.
 
 ``loop: mro`` runs the Reasoner / Monitor / Controller loop (:mod:`metamod.rollout.mro`) with the ``roles`` setting
-(:mod:`metamod.rollout.mro_factory`) instead of a debate; everything below (resume, shards, locks) is the same.
+(:mod:`metamod.rollout.mro.factory`) instead of a debate; everything below (resume, shards, locks) is the same.
 
 ``metamod rollout --config configs/rollout/sim_arith.yaml`` streams examples from one or more tasks, runs the
 round-synchronous debate engine with simulated or LLM debaters and appends one trace per question to
@@ -168,7 +168,7 @@ class RolloutConfig:
         if self.max_iterations < 1:
             raise ConfigError(f"max_iterations must be >= 1, got {self.max_iterations}")
         if self.loop == "mro":
-            from metamod.rollout.mro_factory import role_specs
+            from metamod.rollout.mro.factory import role_specs
 
             role_specs(self.roles)
         if self.num_agents < 2:
@@ -304,7 +304,7 @@ def lock_name(config: RolloutConfig) -> str:
 def _backend_mappings(config: RolloutConfig) -> list[dict]:
     """The backend mappings this run loads: the debaters', or (loop=mro) the LLM roles'."""
     if config.loop == "mro":
-        from metamod.rollout.mro_factory import role_specs
+        from metamod.rollout.mro.factory import role_specs
 
         return [spec for spec in role_specs(config.roles).values() if isinstance(spec, dict)]
     return config.backend_specs() or []
@@ -330,7 +330,7 @@ def rollout_settings(
     model folders) are made absolute, so a rerun naming the same file another way resumes."""
     settings = resume_settings(config_to_dict(task_config, config, sim_config), _RESUME_FREE_KEYS)
     if config.loop == "mro":  # the simulated roles' parameters (the debate simulation's stay, as before)
-        from metamod.rollout.mro_simulated import MROSimulationConfig
+        from metamod.rollout.mro.simulated import MROSimulationConfig
 
         settings["mro_simulation"] = dataclasses.asdict(mro_sim_config or MROSimulationConfig())
     signatures = _model_signatures(config)
@@ -437,7 +437,7 @@ def _check_tasks(task_configs: list[TaskConfig]) -> None:
 
 
 def _default_mro_sim() -> Any:
-    from metamod.rollout.mro_simulated import MROSimulationConfig
+    from metamod.rollout.mro.simulated import MROSimulationConfig
 
     return MROSimulationConfig()
 
@@ -445,7 +445,7 @@ def _default_mro_sim() -> Any:
 def _build_mro_roles(config: RolloutConfig, mro_sim_config: Any) -> Any:
     """The MRO roles of a ``loop: mro`` rollout (local model folders checked before anything loads)."""
     from metamod.llm.hf import looks_local
-    from metamod.rollout.mro_factory import build_mro_roles
+    from metamod.rollout.mro.factory import build_mro_roles
 
     for spec in _backend_mappings(config):
         if spec.get("backend", "hf") in ("hf", "vllm") and looks_local(spec["model"]):
@@ -472,7 +472,7 @@ def rollout(
         config: the rollout settings.
         sim_config: simulation parameters for simulated debaters.
         stop_hook: optional engine stop hook (see :func:`metamod.rollout.debate.run_debates`).
-        mro_sim_config: parameters of simulated MRO roles (:class:`~metamod.rollout.mro_simulated.MROSimulationConfig`;
+        mro_sim_config: parameters of simulated MRO roles (:class:`~metamod.rollout.mro.simulated.MROSimulationConfig`;
             ``loop: mro`` only; ``None``: the defaults).
 
     Returns:
@@ -644,7 +644,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``metamod rollout --config configs/rollout/sim_arith.yaml [--key value ...]``."""
-    from metamod.rollout.mro_simulated import MROSimulationConfig
+    from metamod.rollout.mro.simulated import MROSimulationConfig
 
     task_config, config, sim_config, mro_sim_config = parse_config(
         [TaskConfig, RolloutConfig, SimulationConfig, MROSimulationConfig], argv, prog="metamod rollout"

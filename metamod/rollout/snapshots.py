@@ -13,7 +13,7 @@ agents only, with the shared grader.
 
 ``--source mro`` reads MRO traces instead and writes controller snapshots (one row per iteration; the state is the
 question, the candidate and the Monitor's report; ``eta`` = the candidate is correct): same columns, same rewards,
-same training (:mod:`metamod.rollout.mro_snapshots`).
+same training (:mod:`metamod.rollout.mro.snapshots`).
 
 >>> rows = snapshot_rows(example_trace("q1"))
 >>> rows[0]["eta"], rows[0]["round"], rows[0]["is_final_round"], rows[0]["answers"]
@@ -35,8 +35,8 @@ from typing import Any
 from metamod.config import ConfigError, check_fingerprint, parse_config, save_resolved_config
 from metamod.errors import InputError, load_json
 from metamod.files import atomic_write_json, write_after_checks
-from metamod.rollout.mro_snapshots import mro_snapshot_rows
-from metamod.rollout.mro_traces import is_mro_trace
+from metamod.rollout.mro.snapshots import mro_snapshot_rows
+from metamod.rollout.mro.traces import is_mro_trace
 from metamod.rollout.state import moderator_messages
 from metamod.rollout.stats import eta_tally
 from metamod.rollout.traces import example_trace, read_traces, validate_trace  # noqa: F401 (example_trace: doctest)

@@ -1,5 +1,5 @@
 """What every trace starts with, whatever loop wrote it: the schema version, the question block and the error a
-trace off the schema raises. :mod:`metamod.rollout.traces` (debates, files) and :mod:`metamod.rollout.mro_traces`
+trace off the schema raises. :mod:`metamod.rollout.traces` (debates, files) and :mod:`metamod.rollout.mro.traces`
 (the MRO payload) both build on it.
 
 >>> sorted(QUESTION_FIELDS)[:3]

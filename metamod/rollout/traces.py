@@ -1,5 +1,5 @@
 """Traces on disk: schema version 1, one JSON object per debate (question) per line; MRO traces (``"loop": "mro"``,
-:mod:`metamod.rollout.mro_traces`) share the files, the writer, the reader, sharding and merging.
+:mod:`metamod.rollout.mro.traces`) share the files, the writer, the reader, sharding and merging.
 
 Writing is append-only with a flush after every line, so a crash or Ctrl-C loses at most the line being
 written. Reading tolerates exactly that: a torn LAST line is dropped with a warning, while a broken line in the
@@ -93,7 +93,7 @@ def validate_trace(trace: Any, where: str = "trace") -> dict:
     if not isinstance(trace, dict):
         raise TraceError(f"{where}: expected a JSON object, got {type(trace).__name__}")
     if "loop" in trace and trace["loop"] != "debate":  # MRO traces share files, writer and merge; own schema
-        from metamod.rollout.mro_traces import validate_mro_trace
+        from metamod.rollout.mro.traces import validate_mro_trace
 
         return validate_mro_trace(trace, where)
     for name, types in _TOP_FIELDS.items():

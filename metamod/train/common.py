@@ -242,7 +242,7 @@ def build_missing_dataset(dataset_path: str, *, rollout_config: str, **build_opt
             f"build_dataset_config {rollout_config!r} does not exist; give a rollout YAML from configs/rollout/ "
             f"or build {dataset_path} yourself with `metamod rollout` + `metamod build-dataset`"
         )
-    from metamod.rollout.mro_simulated import MROSimulationConfig
+    from metamod.rollout.mro.simulated import MROSimulationConfig
 
     task_config, config, sim_config, mro_sim_config = parse_config(
         [TaskConfig, RolloutConfig, SimulationConfig, MROSimulationConfig],

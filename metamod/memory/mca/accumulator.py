@@ -25,7 +25,7 @@ problem and the output format; other callers (debaters, single-agent methods, mo
 cold start: no guidance and no call.
 
 >>> from metamod.memory.base import GuidanceRequest, Observation
->>> from metamod.rollout.mro_traces import example_mro_trace
+>>> from metamod.rollout.mro.traces import example_mro_trace
 >>> from metamod.tasks.base import Example
 >>> mem = MetaCognitiveAccumulator(MCAOptions(writer="rule"))
 >>> q1 = Example(id="q1", question="What is 2 + 2?", gold="4", kind="math")

@@ -20,7 +20,7 @@ Traces without the three MRO roles (a debate trace with ``rounds``, or the harne
 ``accepted`` when a final answer was parsed (else ``max_iterations``), only a Reasoner stream (the debaters or
 the single agent), and no actions.
 
->>> from metamod.rollout.mro_traces import example_mro_trace
+>>> from metamod.rollout.mro.traces import example_mro_trace
 >>> record = {"id": "q1", "question": "What is 2 + 2?", "trace": example_mro_trace("q1"),
 ...           "outcome": {"correct": True, "final_answer": "4", "method": "mc2"}}
 >>> r = reflect(record)

@@ -7,7 +7,7 @@ Reasoner every active instance's request in one ``propose`` call, then the Monit
 * :class:`LLMReasoner` -- ``mro_reasoner`` at the first iteration, ``mro_reasoner_retry`` (the problem and the
   Controller's feedback, MC² Eq. 4) after a Restart; ``mro_reasoner_retry_with_attempt`` when the engine also
   passes the rejected attempt (its ``retry_with_attempt`` option).
-* :class:`LLMMonitor` -- ``mro_monitor``; the output is parsed by :func:`~metamod.rollout.mro_parse.parse_monitor`.
+* :class:`LLMMonitor` -- ``mro_monitor``; the output is parsed by :func:`~metamod.rollout.mro.parse.parse_monitor`.
 * :class:`LLMController` -- the prompted Controller, ``mro_controller``: ACCEPT / PATCH / RESTART in tagged fields.
 * :class:`ModeratorController` -- a (trained) moderator as Controller: the moderator protocol on
   :func:`~metamod.rollout.state.controller_messages`, parsed by :func:`~metamod.rewards.moderator.parse_decision`
@@ -19,7 +19,7 @@ replaces that part and only that part; the task line, the problem, the solution 
 output format the parsers need are fixed parts of the template, so a composed policy cannot drop them. Other
 memory guidance is prepended to the prompt, as for every other caller.
 
-Simulated roles with the same methods live in :mod:`metamod.rollout.mro_simulated`.
+Simulated roles with the same methods live in :mod:`metamod.rollout.mro.simulated`.
 
 >>> from metamod.llm.base import Generation, SamplingConfig
 >>> class Echo:
@@ -44,7 +44,7 @@ from typing import Any, Protocol, runtime_checkable
 from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
 from metamod.memory.base import ask, ask_guidance, render_guidance, with_guidance
 from metamod.rewards.moderator import STOP, parse_decision
-from metamod.rollout.mro_parse import (
+from metamod.rollout.mro.parse import (
     ACCEPT,
     PATCH,
     RESTART,

@@ -8,7 +8,7 @@ STOP (= Accept with the answer) pays when the candidate is right, CONTINUE (= Re
 iteration of the budget gets the forced-answer prompt (``is_final_round``; the control reward skips it), unless
 ``single_template``.
 
->>> from metamod.rollout.mro_traces import example_mro_trace
+>>> from metamod.rollout.mro.traces import example_mro_trace
 >>> rows = mro_snapshot_rows(example_mro_trace("q1"))
 >>> [(r["round"], r["eta"], r["answers"], r["is_final_round"]) for r in rows]
 [(0, 0, ['5'], False), (1, 0, ['3'], False)]
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metamod.rollout.mro_parse import MonitorReport, report_text
+from metamod.rollout.mro.parse import MonitorReport, report_text
 from metamod.rollout.state import controller_messages
 
 

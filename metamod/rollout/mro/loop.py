@@ -10,18 +10,18 @@ an LLM role), then every Monitor request in one ``monitor.audit`` call, then eve
 * **Patch (2)**: the Controller's corrected answer is final (status ``corrected``);
 * **Restart (3)**: the next Reasoner call gets the problem and the feedback ``u`` only (MC² Eq. 4: the Controller's
   suggestions; for a PATCH without an answer, its unfinished correction; else the Monitor's error; see
-  :func:`~metamod.rollout.mro_parse.restart_feedback`), not the rejected attempt (``retry_with_attempt=True``
+  :func:`~metamod.rollout.mro.parse.restart_feedback`), not the rejected attempt (``retry_with_attempt=True``
   shows it too); at iteration N the budget is exhausted and the last candidate's answer is final (status
   ``max_iterations``).
 
 Accept and Patch end the loop, so no Reasoner call ever follows them: a Patch works on the attempt, but it is the
 Controller that sees the attempt (Eq. 6) and writes the corrected answer.
 
-Finished traces (schema: :mod:`metamod.rollout.mro_traces`) are yielded chunk by chunk in input order, so they
+Finished traces (schema: :mod:`metamod.rollout.mro.traces`) are yielded chunk by chunk in input order, so they
 stream to disk and memory stays flat.
 
 >>> from metamod.tasks.base import Example
->>> from metamod.rollout.mro_simulated import simulated_roles
+>>> from metamod.rollout.mro.simulated import simulated_roles
 >>> ex = Example(id="q1", question="What is 2 + 2?", gold="4", kind="math", meta={"steps": ["2 + 2 = 4"]})
 >>> stats = MROStats()
 >>> trace = next(run_mro([ex], simulated_roles(), max_iterations=3, stats=stats, progress=False))
@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metamod.rollout.debate import DebateItem, as_item, chunked
-from metamod.rollout.mro_parse import ACCEPT, ACTION_NAMES, PATCH, RESTART, parse_monitor, report_text, restart_feedback
-from metamod.rollout.mro_roles import ControllerRequest, MonitorRequest, ReasonerRequest
-from metamod.rollout.mro_traces import ROLES
+from metamod.rollout.mro.parse import ACCEPT, ACTION_NAMES, PATCH, RESTART, parse_monitor, report_text, restart_feedback
+from metamod.rollout.mro.roles import ControllerRequest, MonitorRequest, ReasonerRequest
+from metamod.rollout.mro.traces import ROLES
 from metamod.rollout.stats import EtaTally
-from metamod.rollout.traces import SCHEMA_VERSION
+from metamod.rollout.trace_schema import SCHEMA_VERSION
 from metamod.tasks.grading import extract_answer, is_equivalent
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class MRORoles:
-    """The three roles of one MRO run (objects with ``propose`` / ``audit`` / ``decide``; see mro_roles.py)."""
+    """The three roles of one MRO run (objects with ``propose`` / ``audit`` / ``decide``; see mro/roles.py)."""
 
     reasoner: Any
     monitor: Any
@@ -203,7 +203,7 @@ def run_mro(
             Eq. 4, the retry sees the problem and the feedback only).
 
     Yields:
-        MRO trace dicts (see :mod:`metamod.rollout.mro_traces`).
+        MRO trace dicts (see :mod:`metamod.rollout.mro.traces`).
 
     Raises:
         ValueError: for ``max_iterations < 1`` or a role returning the wrong number of outputs.

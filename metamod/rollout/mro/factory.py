@@ -2,7 +2,7 @@
 
 The ``roles`` setting is one of:
 
-* ``"simulated"`` -- the three simulated roles (:mod:`metamod.rollout.mro_simulated`);
+* ``"simulated"`` -- the three simulated roles (:mod:`metamod.rollout.mro.simulated`);
 * one backend mapping (:class:`~metamod.llm.BackendConfig` keys, e.g. ``{backend: hf, model: smollm2-135m-instruct}``)
   shared by the three roles;
 * a mapping ``{reasoner: ..., monitor: ..., controller: ...}`` with one entry per role, each ``"simulated"`` or a
@@ -11,7 +11,7 @@ The ``roles`` setting is one of:
 A backend mapping may also hold decoding keys (``temperature``, ``top_p``, ``max_tokens``, ``stop``, ``seed``) that
 override the run's decoding for that role, and the controller's may hold ``protocol``: ``prompted`` (ACCEPT / PATCH
 / RESTART, the default) or ``moderator`` (a trained moderator adapter: STOP / CONTINUE,
-:class:`~metamod.rollout.mro_roles.ModeratorController`). Backends with identical settings are loaded once.
+:class:`~metamod.rollout.mro.roles.ModeratorController`). Backends with identical settings are loaded once.
 
 >>> from metamod.llm.base import SamplingConfig
 >>> roles = build_mro_roles("simulated", SamplingConfig())
@@ -30,10 +30,10 @@ from typing import Any
 
 from metamod.config import ConfigError
 from metamod.llm.base import Generator, SamplingConfig
-from metamod.rollout.mro import MRORoles
-from metamod.rollout.mro_roles import LLMController, LLMMonitor, LLMReasoner, ModeratorController
-from metamod.rollout.mro_simulated import MROSimulationConfig, SimulatedController, SimulatedMonitor, SimulatedReasoner
-from metamod.rollout.mro_traces import ROLES
+from metamod.rollout.mro.loop import MRORoles
+from metamod.rollout.mro.roles import LLMController, LLMMonitor, LLMReasoner, ModeratorController
+from metamod.rollout.mro.simulated import MROSimulationConfig, SimulatedController, SimulatedMonitor, SimulatedReasoner
+from metamod.rollout.mro.traces import ROLES
 
 SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "stop", "seed")
 PROTOCOLS = ("prompted", "moderator")

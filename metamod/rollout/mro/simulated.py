@@ -15,14 +15,14 @@ Every knob is a :class:`MROSimulationConfig` field (docs/mro.md gives the calibr
   ``1 - patch_break``. On an unflagged candidate: Accept, except Restart with probability ``controller_doubt``.
 * **Malformed output.** Each role's output is garbled with probability ``mro_garble_prob`` (a Reasoner without an
   answer, a Monitor without a verdict, a Controller without an action word), exercising the documented parse
-  fallbacks of :mod:`metamod.rollout.mro_parse`.
+  fallbacks of :mod:`metamod.rollout.mro.parse`.
 
 The roles write their outputs in the same tagged format the LLM roles are asked for, and the engine parses them
 with the same parsers. Randomness is seeded by ``(mro_sim_seed, question id, role, iteration)`` only, so traces do
 not depend on batching, chunking or sharding. Traces from these roles are labelled ``simulated``.
 
 >>> from metamod.tasks.base import Example
->>> from metamod.rollout.mro_roles import ReasonerRequest
+>>> from metamod.rollout.mro.roles import ReasonerRequest
 >>> ex = Example(id="q1", question="What is 3 * 4 + 5?", gold="17", kind="math",
 ...              meta={"level": 1, "steps": ["3 * 4 = 12", "12 + 5 = 17"], "distractors": ["19", "12"]})
 >>> roles = simulated_roles(MROSimulationConfig(mro_sim_seed=0))
@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from metamod.llm.base import Generation
-from metamod.rollout.mro_parse import parse_controller
-from metamod.rollout.mro_roles import ControllerRequest, ControllerTurn, MonitorRequest, ReasonerRequest
+from metamod.rollout.mro.parse import parse_controller
+from metamod.rollout.mro.roles import ControllerRequest, ControllerTurn, MonitorRequest, ReasonerRequest
 from metamod.rollout.simulated import _is_right, _logit, _norm, _rng, _sigmoid, _slip, correct_answer, wrong_answers
 from metamod.tasks.base import Example
 
