@@ -16,8 +16,8 @@ from metamod.evaluate.code_baselines import (
 )
 from metamod.llm.base import Generation, SamplingConfig
 from metamod.prompts import render
-from metamod.rollout.code_agents import problem_prompt
-from metamod.rollout.code_simulated import CodeSimulationConfig
+from metamod.rollout.coding.agents import problem_prompt
+from metamod.rollout.coding.simulated import CodeSimulationConfig
 from metamod.sandbox import capabilities
 from metamod.tasks.base import Example
 from metamod.tasks.code_grading import abduction_gold, deduction_gold, grade_code, induction_gold

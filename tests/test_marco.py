@@ -10,8 +10,8 @@ import pytest
 from metamod.config import ConfigError
 from metamod.llm.base import Generation, SamplingConfig
 from metamod.memory.marco import MarcoMemory, MarcoOptions
-from metamod.rollout.code_agents import CodeAgent
-from metamod.rollout.code_simulated import CodeSimulationConfig, SimulatedCoder
+from metamod.rollout.coding.agents import CodeAgent
+from metamod.rollout.coding.simulated import CodeSimulationConfig, SimulatedCoder
 from metamod.rollout.marco import MarcoSettings, choose_final, run_marco
 from metamod.sandbox import capabilities
 from metamod.tasks.base import Example

@@ -235,7 +235,7 @@ def layer_context(
 
 def _code_simulation(config: EvalConfig, seed: int) -> Any:
     """The simulated coder's parameters for one evaluation seed (``code_sim_seed`` + seed)."""
-    from metamod.rollout.code_simulated import CodeSimulationConfig
+    from metamod.rollout.coding.simulated import CodeSimulationConfig
 
     options = dict(config.code_simulation)
     options["code_sim_seed"] = int(options.get("code_sim_seed", 0)) + seed

@@ -10,12 +10,12 @@
                    (stage ``emulate``: the "LMulator").
 ``rhda``           hypothesis decomposition and amendment (Zhao et al., 2025): a hypothesis in words (stage
                    ``hypothesis``), turned into an answer (stage ``translate``), checked by the interpreter against
-                   what the problem shows (:func:`~metamod.rollout.code_agents.check_proposals`); a failing check
+                   what the problem shows (:func:`~metamod.rollout.coding.agents.check_proposals`); a failing check
                    is fed back and the hypothesis amended, up to ``iterations`` rounds, stopping when it passes.
 =================  ==============================================================================================
 
-Every step sends ONE batched :meth:`~metamod.rollout.code_agents.CodeAgent.chat` call for all questions still at
-work (an LLM, or the simulated coder of :mod:`metamod.rollout.code_simulated`). Answers are read with
+Every step sends ONE batched :meth:`~metamod.rollout.coding.agents.CodeAgent.chat` call for all questions still at
+work (an LLM, or the simulated coder of :mod:`metamod.rollout.coding.simulated`). Answers are read with
 :func:`metamod.tasks.code_grading.extract_code_answer`; a response with no answer gives ``None`` (graded wrong).
 Memory guidance (role ``single``), when a memory is attached, is prepended to the first prompt of each question.
 Per-method settings come from ``method_options`` (``{rhda: {iterations: 3, feedback: rich}}``).
@@ -62,7 +62,7 @@ from typing import Any, ClassVar
 from metamod.llm.base import Conversation, Generation
 from metamod.memory.base import ask, with_guidance
 from metamod.prompts import render
-from metamod.rollout.code_agents import (
+from metamod.rollout.coding.agents import (
     DEDUCTION_CHECKS,
     FEEDBACK_MODES,
     CodeAgent,

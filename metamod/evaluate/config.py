@@ -321,7 +321,7 @@ class EvalConfig:
         from metamod.rollout.mro.simulated import MROSimulationConfig
 
         check("mro_simulation", self.mro_simulation, MROSimulationConfig)
-        from metamod.rollout.code_simulated import CodeSimulationConfig
+        from metamod.rollout.coding.simulated import CodeSimulationConfig
 
         check("code_simulation", self.code_simulation, CodeSimulationConfig)
         for name in ("debater_backend_options", "moderator_backend_options"):

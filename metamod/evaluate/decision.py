@@ -123,7 +123,7 @@ class LayerContext:
         max_iterations: the MRO methods' iteration budget N.
         mro_simulation: in the simulated world, the simulated MRO roles' parameters (seed offset per eval seed).
         code_simulation: in the simulated world, the simulated coder's parameters for the code-reasoning methods
-            (:class:`metamod.rollout.code_simulated.CodeSimulationConfig`, seed offset per eval seed).
+            (:class:`metamod.rollout.coding.simulated.CodeSimulationConfig`, seed offset per eval seed).
     """
 
     max_rounds: int

@@ -13,7 +13,7 @@ Settings: ``method_options: {marco: {agents: 2, iterations: 2, feedback: binary,
 switch cannot be turned back on in its options (``marco_v3`` with ``cross_reference: true`` is refused).
 
 The agents are the debater model (one model shared by the M agents, as in the paper); in the simulated world the
-simulated coder (:mod:`metamod.rollout.code_simulated`, ``code_simulation`` settings). Each samples row carries
+simulated coder (:mod:`metamod.rollout.coding.simulated`, ``code_simulation`` settings). Each samples row carries
 ``details["marco"]``: iterations used, whether the problem stopped early on a passing proposal, per-iteration
 ``eta`` (some proposal right) and visible passes, the final agent and the takeaways written.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from metamod.config import ConfigError
-from metamod.rollout.code_agents import CodeAgent
+from metamod.rollout.coding.agents import CodeAgent
 from metamod.rollout.marco import MarcoSettings, run_marco
 from metamod.tasks.base import Example
 

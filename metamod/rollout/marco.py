@@ -3,11 +3,11 @@
 For every problem of a batch (the batch goes out together, one batched call per iteration, like the debate
 engine):
 
-1. **Iteration 1.** Each agent ``j`` gets the problem (:func:`~metamod.rollout.code_agents.problem_prompt`), the
+1. **Iteration 1.** Each agent ``j`` gets the problem (:func:`~metamod.rollout.coding.agents.problem_prompt`), the
    memory's guidance (role ``debater``, ``agent=j``, ``step=0``: the condensed knowledge of ``memory: marco``) and
    proposes an answer (``marco_propose``).
 2. **Interpreter feedback.** Each proposal is checked against what the problem shows
-   (:func:`~metamod.rollout.code_agents.check_proposals`, sandboxed): induction runs the proposed function on the
+   (:func:`~metamod.rollout.coding.agents.check_proposals`, sandboxed): induction runs the proposed function on the
    visible pairs, abduction runs the given function on the proposed input, deduction checks the value parses
    (``deduction_check: format``; ``oracle`` compares with the real output and leaks the answer). The agent is told
    the verdict only (``feedback: binary``, the paper's setting) or also which checks failed (``rich``).
@@ -48,7 +48,7 @@ from typing import Any
 
 from metamod.memory.base import GuidanceRequest, render_guidance, with_guidance
 from metamod.prompts import render
-from metamod.rollout.code_agents import (
+from metamod.rollout.coding.agents import (
     DEDUCTION_CHECKS,
     FEEDBACK_MODES,
     CodeAgent,
@@ -198,7 +198,7 @@ def run_marco(
 
     Args:
         examples: code-reasoning problems (``meta["code"]``).
-        agent: the agents' model (:class:`~metamod.rollout.code_agents.CodeAgent`), shared by the M agents.
+        agent: the agents' model (:class:`~metamod.rollout.coding.agents.CodeAgent`), shared by the M agents.
         settings: the loop's settings.
         memory: the method's memory (guidance at iteration 1; takeaways are written only when there is one).
         method: the method name (memory requests and traces).

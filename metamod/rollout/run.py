@@ -105,7 +105,7 @@ class RolloutConfig:
         metadata={
             "help": "loop=mro: 'simulated', one backend mapping shared by the three roles, or {reasoner: ..., "
             "monitor: ..., controller: ...} (each 'simulated' or a backend mapping; decoding keys override the "
-            "run's; controller protocol: prompted | moderator). See metamod/rollout/mro_factory.py."
+            "run's; controller protocol: prompted | moderator). See metamod/rollout/mro/factory.py."
         },
     )
     max_iterations: int = field(

@@ -3,7 +3,7 @@
 Every code method (``marco`` and its ablations, ``cot``, ``chain_of_code``, ``rhda``) talks to its model through
 :class:`CodeAgent`: ``agent.chat(conversations, turns)`` sends a whole batch in one call. With an LLM (the eval
 harness's debater model) the conversations go to the generator; in the simulated world
-(:mod:`metamod.rollout.code_simulated`) the turns say what shape of answer is wanted and the simulated coder writes
+(:mod:`metamod.rollout.coding.simulated`) the turns say what shape of answer is wanted and the simulated coder writes
 one. A :class:`CodeTurn` names the question, the agent, the iteration and the ``stage`` of the call (``propose``,
 ``revise``, ``summarise``, ``hypothesis``, ``translate``, ``program``, ``emulate``...).
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from metamod.llm.base import Conversation, Generation
 from metamod.prompts import render
-from metamod.rollout.code_turn import (  # noqa: F401 (re-exported: the code methods import them from here)
+from metamod.rollout.coding.turn import (  # noqa: F401 (re-exported: the code methods import them from here)
     DEDUCTION_CHECKS,
     FEEDBACK_MODES,
     STAGES,
@@ -111,7 +111,7 @@ class CodeAgent:
     Args:
         generator: a :class:`metamod.llm.base.Generator` (``None`` in the simulated world).
         sampling: its decoding settings.
-        simulated: the simulated coder (:class:`metamod.rollout.code_simulated.SimulatedCoder`) when there is no
+        simulated: the simulated coder (:class:`metamod.rollout.coding.simulated.SimulatedCoder`) when there is no
             generator.
     """
 
@@ -138,7 +138,7 @@ class CodeAgent:
                 f"method {method!r} needs an agent: an LLM generator (debater_model) or the simulated world "
                 "(debaters: simulated)"
             )
-        from metamod.rollout.code_simulated import SimulatedCoder
+        from metamod.rollout.coding.simulated import SimulatedCoder
 
         return cls(simulated=SimulatedCoder(settings))
 

@@ -7,7 +7,7 @@ produces is labelled ``simulated``.
 * **First proposal.** Right with probability ``sigmoid(logit(accuracy) - level_slope * (level - 1) + question_sd *
   z_q + knowledge_bonus * min(guidance_items, knowledge_cap) / knowledge_cap)``; ``z_q ~ N(0, 1)`` is shared by all
   agents on a question (hard problems are hard for everyone). ``guidance_items`` counts the memory lines in the
-  prompt (:class:`~metamod.rollout.code_turn.CodeTurn`), so a memory's effect is an *assumption* of this
+  prompt (:class:`~metamod.rollout.coding.turn.CodeTurn`), so a memory's effect is an *assumption* of this
   model, set by ``knowledge_bonus`` (0: guidance changes nothing).
 * **After failing feedback.** A wrong proposal becomes right with probability ``retry_fix`` (+ ``peer_bonus`` when
   the prompt carries peers' lessons: cross-referencing), divided by ``1 + 0.25 * (level - 1)``.
@@ -26,7 +26,7 @@ Randomness is seeded by ``(code_sim_seed, question id, agent, iteration, stage)`
 batching.
 
 >>> from metamod.tasks.base import Example
->>> from metamod.rollout.code_turn import CodeTurn
+>>> from metamod.rollout.coding.turn import CodeTurn
 >>> ex = Example(id="d1", question="...", gold="4", kind="code_output",
 ...              meta={"code": {"subtask": "deduction", "entry": "f", "function": "def f(x):\\n    return x + 1",
 ...                             "input": "3", "output": None, "visible": [], "language": "python", "level": 1}})
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from metamod.llm.base import Generation
-from metamod.rollout.code_turn import CodeTurn, code_meta
+from metamod.rollout.coding.turn import CodeTurn, code_meta
 from metamod.rollout.simulated import _check_probability, _logit, _rng, _sigmoid
 from metamod.tasks.base import Example
 
@@ -187,7 +187,7 @@ def _constant_function(entry: str, value: str) -> str:
 
 
 class SimulatedCoder:
-    """Seeded simulated coder answering :class:`~metamod.rollout.code_turn.CodeTurn` requests."""
+    """Seeded simulated coder answering :class:`~metamod.rollout.coding.turn.CodeTurn` requests."""
 
     def __init__(self, config: CodeSimulationConfig | None = None) -> None:
         self.config = config or CodeSimulationConfig()

@@ -1,6 +1,6 @@
 """What one call of a code method is (:class:`CodeTurn`) and how a code-reasoning question is read
-(:func:`code_meta`): shared by the agents (:mod:`metamod.rollout.code_agents`) and the simulated coder
-(:mod:`metamod.rollout.code_simulated`), which therefore do not import each other.
+(:func:`code_meta`): shared by the agents (:mod:`metamod.rollout.coding.agents`) and the simulated coder
+(:mod:`metamod.rollout.coding.simulated`), which therefore do not import each other.
 
 >>> from metamod.tasks.base import Example
 >>> CodeTurn(Example(id="q", question="?", gold="1", kind="code_output"), stage="revise").iteration
