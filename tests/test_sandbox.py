@@ -772,3 +772,24 @@ def test_the_cli_message_names_the_task_and_the_way_out(no_namespaces, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "task 'synthetic_code' runs model-written code" in err[0], err
     assert "METAMOD_SANDBOX_ALLOW_FALLBACK=1" in err[0] and not (tmp_path / "r").exists()
+
+
+@needs_namespaces
+@ON_X86
+def test_without_a_private_mount_namespace_the_process_limit_still_holds(run):
+    """The fallback of a root host that cannot make a mount namespace (a container without CAP_SYS_ADMIN): no disk
+    quota and effective uid 0 without capabilities, but the real uid is the sandbox's and set*uid stays refused."""
+    code = "import os, time\ntry:\n    os.setresuid(0, 0, 0)\nexcept OSError as err:\n    print('refused', err.errno)\n"
+    code += "n = 0\ntry:\n    while n < 40:\n        if os.fork() == 0:\n            time.sleep(60)\n"
+    code += "            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n, os.getresuid()[0])"
+    r = run(code, max_processes=8, private_mounts=False)
+    assert r.ok, r.stderr
+    refused, counted = r.stdout.splitlines()
+    assert refused == "refused 1"
+    n, real_uid = map(int, counted.split())
+    assert 1 <= n <= 8 and real_uid == (65534 if HOST_UID == 0 else HOST_UID)
+    assert r.isolation["disk"].startswith("no cap (no private mount namespace")
+    if HOST_UID == 0:
+        assert r.isolation["user"].startswith("real uid 65534, effective uid 0 without capabilities")
+    writes = run("open('a', 'wb').write(b'x' * (3 << 20))", private_mounts=False, max_disk_mb=1)
+    assert writes.ok  # no quota in this fallback: only max_file_mb caps a file

@@ -14,7 +14,7 @@ metamod.errors.ConfigError: memory_mb must be >= 32 (the interpreter alone needs
 >>> make_limits(timeout=1)
 Traceback (most recent call last):
 ...
-metamod.errors.ConfigError: unknown sandbox option 'timeout'; valid options: allow_network_fallback, call_timeout_s, cpu_s, hide_host_files, landlock, max_disk_mb, max_file_mb, max_open_files, max_output_bytes, max_processes, max_repr_chars, max_result_bytes, max_value_chars, memory_mb, read_paths, sandbox_uid, seccomp, timeout_s, work_parent
+metamod.errors.ConfigError: unknown sandbox option 'timeout'; valid options: allow_network_fallback, call_timeout_s, cpu_s, hide_host_files, landlock, max_disk_mb, max_file_mb, max_open_files, max_output_bytes, max_processes, max_repr_chars, max_result_bytes, max_value_chars, memory_mb, private_mounts, read_paths, sandbox_uid, seccomp, timeout_s, work_parent
 """
 
 from __future__ import annotations
@@ -113,6 +113,15 @@ class SandboxLimits:
         metadata={
             "help": "Install a seccomp filter (x86_64) that refuses socket(), io_uring, ptrace, namespace and mount "
             "calls, bpf, ... in the kernel, whatever the Python code does. False: for testing the fallback."
+        },
+    )
+    private_mounts: bool = field(
+        default=True,
+        metadata={
+            "help": "Give the sandbox its own mount namespace: the work dir a tmpfs of max_disk_mb, a root host's "
+            "Python install bound in so that no uid 0 remains. False: no disk quota, and a root host keeps "
+            "effective uid 0 without capabilities (what runs where no mount namespace can be made; for testing "
+            "that fallback)."
         },
     )
     sandbox_uid: int | None = field(

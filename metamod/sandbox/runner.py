@@ -103,6 +103,7 @@ def execute(
             "result_fd": write_fd,
             "max_result_bytes": limits.max_result_bytes,
             "max_disk_mb": limits.max_disk_mb,
+            "private_mounts": limits.private_mounts,
             "memory_mb": limits.memory_mb,
             "cpu_s": limits.cpu_seconds(),
             "max_processes": limits.max_processes,
@@ -121,8 +122,6 @@ def execute(
         launcher, job_path = write_launcher(workdir), os.path.join(workdir, ".job")
         with open(job_path, "wb") as f:
             f.write(marshal.dumps(job))
-        if os.geteuid() == 0 and limits.sandbox_uid is not None:  # where no tmpfs can be mounted over it
-            os.chown(workdir, limits.sandbox_uid, limits.sandbox_uid)
         if stdin is not None:
             stdin_path = os.path.join(workdir, ".stdin")
             with open(stdin_path, "wb") as f:

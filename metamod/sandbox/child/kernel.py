@@ -332,12 +332,14 @@ def mount_and_drop(job, libc, roots, namespaces, chan):
         return disk, f"uid {uid} (the host's)" if uid else "root"
     if uid == 0 and target is not None:
         try:
+            if not job["private_mounts"]:
+                raise OSError(0, "off by option private_mounts")
             libc.call("unshare", CLONE_NEWNS)
             disk = private_mounts(libc, job, roots, owner=target)
             drop_privileges(libc, target)
             user = f"uid {target} (real, effective and saved)"
         except OSError as err:
-            disk = f"no cap (private mount namespace failed: {err}; max_file_mb per file only)"
+            disk = f"no cap (no private mount namespace: {err.strerror or err}; max_file_mb per file only)"
             try:
                 keep_real_uid_only(target)
                 user = f"real uid {target}, effective uid 0 without capabilities (set*uid refused)"
@@ -348,11 +350,14 @@ def mount_and_drop(job, libc, roots, namespaces, chan):
         return disk, user
     user = "root" if uid == 0 else f"uid {uid} (the host's)"
     if namespaces:
-        enter_or_refuse(libc, chan, mounts=True)
-        try:
-            disk = private_mounts(libc, job, roots, owner=None)
-        except OSError as err:
-            disk = f"no cap (tmpfs mount failed: {err}; max_file_mb per file only)"
+        enter_or_refuse(libc, chan, mounts=job["private_mounts"])
+        if not job["private_mounts"]:
+            disk = "no cap (no private mount namespace: off by option private_mounts; max_file_mb per file only)"
+        else:
+            try:
+                disk = private_mounts(libc, job, roots, owner=None)
+            except OSError as err:
+                disk = f"no cap (tmpfs mount failed: {err}; max_file_mb per file only)"
     return disk, user
 
 
