@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
+    from metamod.evaluate.cells import read_samples
     from metamod.evaluate.config import EvalConfig
-    from metamod.evaluate.harness import evaluate, read_samples
+    from metamod.evaluate.harness import evaluate
 
     work = Path(args.output_dir or tempfile.mkdtemp(prefix="bench_shared_"))
     work.mkdir(parents=True, exist_ok=True)

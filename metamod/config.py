@@ -393,7 +393,6 @@ def check_fingerprint(
     overwrite: bool = False,
     record: bool = False,
     outputs: bool | None = None,
-    legacy: dict[str, Any] | None = None,
     ignore: Sequence[str] = (),
     command: str = "metamod",
     what: str = "outputs",
@@ -410,8 +409,6 @@ def check_fingerprint(
         record: write our fingerprint (compare + write happen under a short lock, so concurrent shards agree).
         outputs: whether the folder holds outputs to protect (``None``: any non-hidden file or folder in it);
             without any, a stale fingerprint is simply replaced.
-        legacy: for folders written before fingerprints existed: the saved settings to compare with (only the
-            keys it holds are compared); ``None`` refuses such a folder when it holds outputs.
         ignore: keys left out of the comparison (e.g. signatures of models not built yet, in an early check).
         command: the command name, for the message.
         what: what the folder holds, for the message (e.g. ``"debate traces"``).
@@ -438,7 +435,7 @@ def check_fingerprint(
     fingerprint = settings_fingerprint(current)
     if outputs is None:
         outputs = folder.is_dir() and any(not p.name.startswith(".") for p in folder.iterdir())
-    options = dict(overwrite=overwrite, outputs=outputs, legacy=legacy, ignore=tuple(ignore), what=what)
+    options = dict(overwrite=overwrite, outputs=outputs, ignore=tuple(ignore), what=what)
     if not record:
         _compare(folder, current, fingerprint, **options)
         return fingerprint
@@ -470,7 +467,6 @@ def _compare(
     *,
     overwrite: bool,
     outputs: bool,
-    legacy: dict[str, Any] | None,
     ignore: tuple[str, ...],
     what: str,
 ) -> dict[str, Any] | None:
@@ -478,7 +474,7 @@ def _compare(
     if overwrite or not outputs:
         return saved
     ways_out = "Rerun with --overwrite true to start over, or use a new --output_dir"
-    # paths as written may differ (relative vs absolute, older folders): compare them resolved from here
+    # paths as written may differ (relative vs absolute): compare them resolved from here
     resolved = resolve_local_paths(current, force=True)
     if saved is not None:
         if saved.get("fingerprint") == fingerprint:
@@ -488,18 +484,10 @@ def _compare(
         if not differ:
             return saved
         diff = describe_diff(saved["settings"], current, differ)
-    elif legacy is not None:
-        legacy = _canonical(legacy)
-        differ = settings_diff(
-            resolve_local_paths(legacy, force=True), resolved, keys=[k for k in legacy if k not in ignore]
-        )
-        if not differ:
-            return None
-        diff = describe_diff(legacy, current, differ)
     else:
         raise SettingsMismatchError(
-            f"{folder} holds {what} without a settings fingerprint (written by an older metamod), so they cannot be "
-            f"checked against these settings. {ways_out}"
+            f"{folder} holds {what} without a settings fingerprint, so they cannot be checked against these "
+            f"settings. {ways_out}"
         )
     raise SettingsMismatchError(
         f"{folder} holds {what} made with different settings ({diff}); resuming would mix them. {ways_out}"

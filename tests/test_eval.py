@@ -9,9 +9,10 @@ import pytest
 
 from metamod.config import parse_config
 from metamod.errors import ConfigError
+from metamod.evaluate.cells import read_samples
 from metamod.evaluate.config import EvalConfig
 from metamod.evaluate.decision import LayerContext, build_layer
-from metamod.evaluate.harness import evaluate, main, read_samples
+from metamod.evaluate.harness import evaluate, main
 from metamod.evaluate.replay import replay, run_live
 from metamod.llm.base import Generation
 from metamod.rollout.debate import run_debates

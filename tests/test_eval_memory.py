@@ -12,7 +12,8 @@ import pytest
 from metamod.evaluate import memories as memories_module
 from metamod.evaluate.config import EvalConfig
 from metamod.evaluate.decision import LayerContext, build_layer
-from metamod.evaluate.harness import evaluate, load_inputs
+from metamod.evaluate.harness import evaluate
+from metamod.evaluate.inputs import load_inputs
 from metamod.llm.base import Generation
 from metamod.memory import BehaviourBank, MemoryConfig
 from metamod.memory.base import Observation

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from metamod.evaluate.cells import read_samples
 from metamod.evaluate.config import EvalConfig
-from metamod.evaluate.harness import evaluate, read_samples
+from metamod.evaluate.harness import evaluate
 
 MODEL_METHODS = ["judge", "moderator_prompted", "moderator", "adjudication_only", "stopping_only", "majority_vote"]
 

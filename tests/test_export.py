@@ -11,9 +11,12 @@ import pytest
 import torch
 import yaml
 
+from metamod.evaluate.results import load_results
+from metamod.llm.adapter_files import resolve_adapter_dir
 from metamod.train import export as export_mod
-from metamod.train.export import HubUploadError, export_adapter, main, push_to_hub, resolve_adapter_dir
-from metamod.train.model_card import dataset_statistics, load_results
+from metamod.train.export import export_adapter, main
+from metamod.train.hub import HubUploadError, push_to_hub
+from metamod.train.model_card import dataset_statistics
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,9 @@ from safetensors.torch import load_file
 
 from metamod.config import ConfigError
 from metamod.errors import InputError
+from metamod.evaluate.cells import read_samples
 from metamod.evaluate.config import EvalConfig
-from metamod.evaluate.harness import evaluate, read_samples
+from metamod.evaluate.harness import evaluate
 from metamod.rollout.merge import merge_main
 from metamod.rollout.run import main as rollout_main
 from metamod.rollout.snapshots import main as build_main

@@ -14,8 +14,9 @@ import pytest
 
 from metamod.cli import main as cli_main
 from metamod.config import FINGERPRINT_FILE, SettingsMismatchError
+from metamod.evaluate.cells import read_samples
 from metamod.evaluate.config import EvalConfig
-from metamod.evaluate.harness import evaluate, read_samples
+from metamod.evaluate.harness import evaluate
 from metamod.files import FolderLock, FolderLockedError, check_unlocked
 from metamod.rollout.traces import read_traces
 
@@ -219,13 +220,13 @@ def test_eval_method_setting_recomputes_only_that_method_and_more_questions_only
     assert {m["n"] for m in smaller["results"]["arith"].values()} == {6}
 
 
-def test_eval_folder_lock_and_legacy_folders(tmp_path):
+def test_eval_folder_lock_and_folders_without_a_fingerprint(tmp_path):
     out = tmp_path / "eval"
     with FolderLock(out), pytest.raises(FolderLockedError, match=rf"in use by process {os.getpid()}"):
         _eval(out)
     assert _snapshot(out) == {".lock": f"{os.getpid()}\n".encode()}  # refused before writing anything
     _eval(out)
-    (out / FINGERPRINT_FILE).unlink()  # a folder written before fingerprints
+    (out / FINGERPRINT_FILE).unlink()  # outputs whose settings are unknown
     with pytest.raises(SettingsMismatchError, match="without a settings fingerprint"):
         _eval(out)
     assert _eval(out, resume=False)["n_samples"]["arith"]["rows"] == 12

@@ -39,7 +39,7 @@ from metamod.tasks.grading import is_equivalent
 
 from ..files import JsonlWriter, atomic_write_json, atomic_write_text, write_after_checks
 from .build import build_debaters, build_generators, layer_context, moderator_gold_use, resolve_models
-from .cells import (  # re-exported: `from metamod.evaluate.harness import eval_settings` keeps working
+from .cells import (
     METHOD_TRACES_FILE,
     RESULTS_FILE,
     SAMPLES_FILE,
@@ -55,7 +55,7 @@ from .cells import (  # re-exported: `from metamod.evaluate.harness import eval_
 )
 from .config import EvalConfig
 from .decision import DECISION_LAYERS, build_layer, check_method_kinds
-from .inputs import check_cached_traces, example_from_trace, load_inputs
+from .inputs import check_cached_traces, load_inputs
 from .memories import (
     SHARED_KEY,
     SeedMemories,
@@ -79,21 +79,7 @@ logger = logging.getLogger(__name__)
 #: answer kinds graded with partial credit too (a per-question ``score`` next to ``correct``)
 SCORED_KINDS = frozenset({"code_function"})
 
-__all__ = [
-    "RESULTS_FILE",
-    "SAMPLES_FILE",
-    "TABLE_FILE",
-    "compute_results",
-    "current_rows",
-    "eval_settings",
-    "evaluate",
-    "evaluate_batch",
-    "example_from_trace",
-    "load_inputs",
-    "main",
-    "method_fingerprints",
-    "read_samples",
-]
+__all__ = ["check_eval", "compute_results", "evaluate", "evaluate_batch", "main"]
 
 
 def _write_method_traces(

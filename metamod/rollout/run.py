@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from metamod.config import (
     FINGERPRINT_LOCK,
     ConfigError,
@@ -362,21 +360,12 @@ def _has_traces(output_dir: Path) -> bool:
     return output_dir.is_dir() and any(output_dir.glob("traces*.jsonl"))
 
 
-def _legacy_settings(output_dir: Path) -> dict[str, Any] | None:
-    """The saved config of a folder written before fingerprints (compared key by key), if any."""
-    saved_path = output_dir / CONFIG_FILE
-    if not saved_path.is_file():
-        return None
-    return resume_settings(yaml.safe_load(saved_path.read_text()) or {}, _RESUME_FREE_KEYS)
-
-
 def _check_resume(output_dir: Path, settings: dict[str, Any], *, overwrite: bool, record: bool = False) -> None:
     check_fingerprint(
         output_dir,
         settings,
         overwrite=overwrite,
         outputs=_has_traces(output_dir),
-        legacy=_legacy_settings(output_dir),
         ignore=() if record else ("model_signatures",),  # early: the tiny model may not be built yet
         command="rollout",
         what="traces",

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from metamod.config import ConfigError, check_fingerprint, parse_config, save_resolved_config
-from metamod.errors import InputError, load_json
+from metamod.errors import InputError
 from metamod.files import atomic_write_json, write_after_checks
 from metamod.rollout.mro.snapshots import mro_snapshot_rows
 from metamod.rollout.mro.traces import is_mro_trace
@@ -378,18 +378,12 @@ def dataset_settings(options: dict[str, Any], files: Sequence[Path]) -> dict[str
 def _check_dataset_resume(
     output_dir: Path, options: dict[str, Any], files: Sequence[Path], *, overwrite: bool, record: bool = False
 ) -> None:
-    legacy = None
-    if (output_dir / SUMMARY_FILE).is_file():  # built before fingerprints: compare with the recorded options
-        saved = load_json(output_dir / SUMMARY_FILE, what="build summary (a JSON object)")
-        sources = [str(Path(p).resolve()) for p in saved.get("sources") or []]
-        legacy = {**(saved.get("options") or {}), "sources": sources}
     check_fingerprint(
         output_dir,
         dataset_settings(options, files),
         overwrite=overwrite,
         record=record,
         outputs=(output_dir / "dataset_dict.json").is_file(),
-        legacy=legacy,
         command="build-dataset",
         what="a moderator dataset",
     )

@@ -37,22 +37,18 @@ import yaml
 
 from metamod.config import ConfigError
 from metamod.files import FolderLock, atomic_write_json, write_after_checks
-from metamod.llm.adapter_files import (  # noqa: F401 (checkpoint_step, list_checkpoints: the old import path)
+from metamod.llm.adapter_files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     ADAPTER_WEIGHTS_BIN,
     check_adapter,
     check_adapter_fits_base,
-    checkpoint_step,
-    list_checkpoints,
     read_adapter_config,
     resolve_adapter_dir,
 )
-from metamod.train.hub import (  # noqa: F401 (PushResult, push_to_hub, upload_files: the old import path)
+from metamod.train.hub import (
     DEFAULT_COMMIT_MESSAGE,
     REPO_ID,
-    HubUploadError,
-    PushResult,
     check_hub_ready,
     find_secrets,
     human_size,

@@ -28,8 +28,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from metamod.evaluate.results import load_results, results_labels, results_simulated  # noqa: F401 (old import path)
-
 logger = logging.getLogger(__name__)
 
 TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")

@@ -80,20 +80,15 @@ def check_run_folder(args: Any, settings: dict[str, Any], *, record: bool = Fals
     Without ``record`` (the early check, before the dataset is built and the model prepared) the dataset and
     model signatures are not compared yet.
     """
-    import yaml
-
-    from metamod.config import check_fingerprint, resume_settings
+    from metamod.config import check_fingerprint
 
     output_dir = Path(args.output_dir)
-    saved = output_dir / CONFIG_FILE
-    legacy = resume_settings(yaml.safe_load(saved.read_text()) or {}, _TRAIN_FREE_KEYS) if saved.is_file() else None
     check_fingerprint(
         output_dir,
         settings,
         overwrite=args.overwrite,
         record=record,
         outputs=_has_run_outputs(output_dir),
-        legacy=legacy,
         ignore=() if record else ("dataset_signature", "model_signature"),
         command="train",
         what="a training run (checkpoints, warm start, adapter)",
