@@ -259,14 +259,19 @@ def check_adapter(adapter_dir: str | os.PathLike) -> dict[str, tuple[int, ...]]:
     """
     config = read_adapter_config(Path(adapter_dir))
     path, shapes = adapter_tensor_shapes(adapter_dir)
-    problems = lora_problems(shapes, config)
+    _refuse(
+        lora_problems(shapes, config),
+        f"{path} does not match {Path(adapter_dir) / ADAPTER_CONFIG}",
+        ". The adapter would not load; export another checkpoint (--checkpoint) or retrain",
+    )
+    return shapes
+
+
+def _refuse(problems: list[str], what: str, hint: str) -> None:
+    """One :class:`ConfigError` for ``problems`` (at most ten listed), or nothing when there are none."""
     if problems:
         more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise ConfigError(
-            f"{path} does not match {Path(adapter_dir) / ADAPTER_CONFIG}: {'; '.join(problems[:10])}{more}. The "
-            "adapter would not load; export another checkpoint (--checkpoint) or retrain"
-        )
-    return shapes
+        raise ConfigError(f"{what}: {'; '.join(problems[:10])}{more}{hint}")
 
 
 def base_weight_shapes(base_dir: str | os.PathLike) -> dict[str, tuple[int, ...]] | None:
@@ -328,13 +333,11 @@ def check_adapter_fits_base(adapter_dir: str | os.PathLike, base_dir: str | os.P
     if base is None:
         return
     _, shapes = adapter_tensor_shapes(adapter_dir)
-    problems = base_model_problems(shapes, base)
-    if problems:
-        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise ConfigError(
-            f"adapter {adapter_dir} does not fit the base model {base_dir}: {'; '.join(problems[:10])}{more}; "
-            "pass the base it was trained on (--base_model / moderator_base)"
-        )
+    _refuse(
+        base_model_problems(shapes, base),
+        f"adapter {adapter_dir} does not fit the base model {base_dir}",
+        "; pass the base it was trained on (--base_model / moderator_base)",
+    )
 
 
 # ---------------------------------------------------------------- resuming training
