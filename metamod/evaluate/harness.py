@@ -178,8 +178,8 @@ def _single_record(outcome: Any) -> dict[str, Any]:
         "tokens": {
             "debater_prompt": outcome.prompt_tokens,
             "debater_completion": outcome.completion_tokens,
-            "moderator_prompt": 0,
-            "moderator_completion": 0,
+            "moderator_prompt": outcome.meta_prompt_tokens,
+            "moderator_completion": outcome.meta_completion_tokens,
         },
         **({"details": outcome.details} if getattr(outcome, "details", None) else {}),
     }

@@ -218,8 +218,10 @@ class _MROBase(SingleAgentMethod):
                 answers=[r["reasoner"]["answer"] for r in history]
                 + [r["controller"]["answer"] for r in history if r["controller"]["action"] == 2],
                 texts=[r["reasoner"]["text"] for r in history],
-                prompt_tokens=sum(t["prompt"] for t in tokens.values()),
-                completion_tokens=sum(t["completion"] for t in tokens.values()),
+                prompt_tokens=tokens["reasoner"]["prompt"],  # the agent; Monitor + Controller are the meta layer
+                completion_tokens=tokens["reasoner"]["completion"],
+                meta_prompt_tokens=tokens["monitor"]["prompt"] + tokens["controller"]["prompt"],
+                meta_completion_tokens=tokens["monitor"]["completion"] + tokens["controller"]["completion"],
                 details={"mro": mro_details(trace)},
                 trace=trace,
             )

@@ -50,8 +50,11 @@ class SingleOutcome:
         answer: the final answer (``None``: none parsable, graded wrong).
         answers: every answer the agent proposed on the way (for coverage), in order.
         texts: the raw responses, in order.
-        prompt_tokens: prompt tokens spent on this question.
-        completion_tokens: completion tokens spent on this question.
+        prompt_tokens: prompt tokens the agent spent on this question (``debater_*`` in the record).
+        completion_tokens: completion tokens the agent spent on this question.
+        meta_prompt_tokens: prompt tokens of the method's decision layer, booked as ``moderator_*`` in the record
+            (MRO: the Monitor and the Controller; the Reasoner is the agent). 0 for methods without one.
+        meta_completion_tokens: completion tokens of that layer.
         details: method-specific, JSON-ready extras written to the samples row as ``details`` (e.g. the MRO
             iterations and actions, the strategy a meta-reasoner picked, a search tree's scores).
         trace: the method's full trace when it has one (an MRO trace); shown to the method's memory, never written
@@ -63,6 +66,8 @@ class SingleOutcome:
     texts: list[str] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    meta_prompt_tokens: int = 0
+    meta_completion_tokens: int = 0
     details: dict[str, Any] = field(default_factory=dict)
     trace: dict[str, Any] | None = field(default=None, repr=False)
 
