@@ -381,8 +381,12 @@ def test_no_agent_and_bad_options_are_config_errors():
 
 class FakeMemory:
     def guidance(self, request):
+        from metamod.memory.base import Guidance
+
         assert request.role == "single" and request.method in CODE_BASELINE_METHODS
-        return SimpleNamespace(text="- Trace loops one iteration at a time.\n- Check types first.")
+        # two items, three bullet lines: the count is the memory's item ids, not the prompt's "- " lines
+        text = "- Trace loops one iteration at a time.\n- Check types first.\n  - e.g. int vs str"
+        return Guidance(text=text, item_ids=("L1", "L2"))
 
 
 @pytest.mark.parametrize("name", sorted(CODE_BASELINE_METHODS))

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from metamod.llm.base import Conversation, Generation
-from metamod.memory.base import ask, with_guidance
+from metamod.memory.base import ask_guidance, render_guidance, with_guidance
 from metamod.prompts import render
 from metamod.rollout.coding.agents import (
     DEDUCTION_CHECKS,
@@ -371,9 +371,8 @@ class CodeMethod(SingleAgentMethod):
 
     def first_message(self, example: Example, text: str) -> tuple[str, int]:
         """``text`` with the memory's guidance (role ``single``) in front, and how many guidance items it holds."""
-        block = ask(getattr(self.context, "memory", None), example, "single", method=self.name)
-        items = sum(1 for line in block.splitlines() if line.lstrip().startswith(("- ", "* ")))
-        return with_guidance(text, block), items
+        guidance = ask_guidance(getattr(self.context, "memory", None), example, "single", method=self.name)
+        return with_guidance(text, render_guidance(guidance.text)), len(guidance.item_ids)
 
     def step(
         self,
