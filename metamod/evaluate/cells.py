@@ -103,19 +103,6 @@ _ROLE_KNOBS = {
     "moderator_base": ("moderator_max_tokens", "moderator_temperature"),
     "judge": ("judge_max_tokens",),
 }
-_MRO_KNOBS = ("max_iterations", "mro_simulation")
-_METHOD_KNOBS = {
-    "adjudication_only": ("fixed_rounds",),
-    "single_cot_sc": ("sc_samples",),
-    "reasoner_only": ("mro_simulation",),
-    "mro": _MRO_KNOBS,
-    "mro_trained_controller": _MRO_KNOBS,
-    "mro_prompted_moderator": _MRO_KNOBS,
-    "mc2": _MRO_KNOBS,
-    "mro_micro": _MRO_KNOBS,
-    "reasoner_updates": ("mro_simulation",),
-    "meta_reasoner": ("sc_samples",),  # its CoT-SC strategy samples sc_samples answers
-}
 #: with a memory on, cells depend on everything the memory saw before them: only these keys are free
 _MEMORY_FREE_KEYS = frozenset({"output_dir", "resume", "overwrite", "plots", "prompts_file"})
 
@@ -191,7 +178,7 @@ def method_fingerprints(
         layer = resolve(DECISION_LAYERS, method, what="evaluation method")
         roles = [r for r in getattr(layer, "needs", ()) if r in specs]
         if method in DECISION_LAYERS:
-            own = set(_METHOD_KNOBS.get(method, ())) | set(getattr(layer, "config_knobs", ()))
+            own = set(getattr(layer, "config_knobs", ()))  # each method class names the EvalConfig keys it reads
             keys = sorted({k for r in roles for k in _ROLE_KNOBS.get(r, ())} | own)
         else:  # a dotted-path method: we cannot know what it reads
             keys, roles = sorted(_METHOD_KEYS), sorted(specs)

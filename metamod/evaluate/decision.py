@@ -361,6 +361,8 @@ class AdjudicationOnly(Moderator):
     """Fixed debate length (``fixed_rounds``, capped by ``T_max``), then the moderator's forced answer."""
 
     name, label = "adjudication_only", "Adjudication-only"
+    #: EvalConfig keys its cells depend on (resume fingerprints)
+    config_knobs: ClassVar[tuple[str, ...]] = ("fixed_rounds",)
 
     @property
     def last_round(self) -> int:

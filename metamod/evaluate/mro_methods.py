@@ -158,6 +158,9 @@ class AskingRole:
 class _MROBase(SingleAgentMethod):
     """Shared plumbing: the roles for this context, run the loop, turn traces into outcomes."""
 
+    #: EvalConfig keys its cells depend on (resume fingerprints)
+    config_knobs: ClassVar[tuple[str, ...]] = ("max_iterations", "mro_simulation")
+
     controller_kind: ClassVar[str] = "prompted"
 
     def __init__(self, context: Any):
@@ -270,6 +273,7 @@ class ReasonerOnly(_MROBase):
     """The Reasoner's first attempt only (one batched call): what the audit and control add on top."""
 
     name, label = "reasoner_only", "Reasoner only"
+    config_knobs: ClassVar[tuple[str, ...]] = ("mro_simulation",)
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:
         roles = self.roles()  # simulated roles ignore memories; LLM roles ask theirs

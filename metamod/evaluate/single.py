@@ -192,6 +192,7 @@ class SingleReflection(SingleAgentMethod):
 
 class SingleCoTSC(SingleAgentMethod):
     name, label = "single_cot_sc", "Single (CoT-SC)"
+    config_knobs: ClassVar[tuple[str, ...]] = ("sc_samples",)  # EvalConfig keys its cells depend on
 
     def run(self, examples):
         k = self.context.sc_samples

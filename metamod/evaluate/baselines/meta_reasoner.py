@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from metamod.tasks.base import Example
 
@@ -148,6 +148,7 @@ class MetaReasoner(BaselineMethod):
     """
 
     name, label = "meta_reasoner", "Meta-Reasoner"
+    config_knobs: ClassVar[tuple[str, ...]] = ("sc_samples",)  # its CoT-SC strategy samples sc_samples answers
     options_class = MetaReasonerOptions
 
     def __init__(self, context: Any):
