@@ -366,12 +366,12 @@ class CodeMethod(SingleAgentMethod):
 
     def __init__(self, context: Any):
         self.context = context
-        self.options = read_options(self.options_class, self.name, getattr(context, "method_options", None))
+        self.options = read_options(self.options_class, self.name, context.method_options)
         self.agent = CodeAgent.from_context(context, self.name)
 
     def first_message(self, example: Example, text: str) -> tuple[str, int]:
         """``text`` with the memory's guidance (role ``single``) in front, and how many guidance items it holds."""
-        guidance = ask_guidance(getattr(self.context, "memory", None), example, "single", method=self.name)
+        guidance = ask_guidance(self.context.memory, example, "single", method=self.name)
         return with_guidance(text, render_guidance(guidance.text)), len(guidance.item_ids)
 
     def step(

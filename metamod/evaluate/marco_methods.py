@@ -64,7 +64,7 @@ class Marco(SingleAgentMethod):
     def __init__(self, context: Any):
         self.context = context
         self.agent = CodeAgent.from_context(context, self.name)
-        raw = dict((getattr(context, "method_options", None) or {}).get(self.name) or {})
+        raw = dict((context.method_options or {}).get(self.name) or {})
         for key, value in self.forced.items():
             if key in raw and raw[key] != value:
                 raise ConfigError(

@@ -166,15 +166,15 @@ class _MROBase(SingleAgentMethod):
     def __init__(self, context: Any):
         self.context = context
         simulated = context.agent is None
-        if simulated and getattr(context, "mro_simulation", None) is None and context.simulated_agent is None:
+        if simulated and context.mro_simulation is None and context.simulated_agent is None:
             raise ConfigError(
                 f"method {self.name!r} needs an agent: an LLM generator (debater backend) or the simulated world"
             )
-        self.max_iterations = int(getattr(context, "max_iterations", 3))
-        self.options = read_options(MROOptions, self.name, getattr(context, "method_options", None))
+        self.max_iterations = context.max_iterations
+        self.options = read_options(MROOptions, self.name, context.method_options)
 
     def _sim_config(self) -> MROSimulationConfig:
-        return getattr(self.context, "mro_simulation", None) or MROSimulationConfig(mro_sim_seed=self.context.seed)
+        return self.context.mro_simulation or MROSimulationConfig(mro_sim_seed=self.context.seed)
 
     def _controller(self, sampling: Any) -> Any:
         return LLMController(self.context.agent, sampling, memory=self.context.memory, method=self.name)

@@ -110,13 +110,13 @@ class BaselineMethod(SingleAgentMethod):
     options_class: ClassVar[type] = object
 
     def __init__(self, context: Any):
-        if getattr(context, "agent", None) is None:
+        if context.agent is None:
             raise ConfigError(
                 f"method {self.name!r} needs an LLM agent (debaters: hf, vllm or openai); the simulated world has no "
                 "prompts for it to search, intervene in or select between"
             )
         super().__init__(context)
-        self.options = read_options(self.options_class, self.name, getattr(context, "method_options", None))
+        self.options = read_options(self.options_class, self.name, context.method_options)
 
     def _call(
         self,

@@ -132,7 +132,7 @@ class CodeAgent:
         if context.agent is not None:
             sampling = dataclasses.replace(context.agent_sampling, n=1, seed=context.seed)
             return cls(context.agent, sampling)
-        settings = getattr(context, "code_simulation", None)
+        settings = context.code_simulation
         if settings is None:
             raise ConfigError(
                 f"method {method!r} needs an agent: an LLM generator (debater_model) or the simulated world "
