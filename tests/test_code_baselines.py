@@ -20,7 +20,7 @@ from metamod.rollout.coding.agents import problem_prompt
 from metamod.rollout.coding.simulated import CodeSimulationConfig
 from metamod.sandbox import capabilities
 from metamod.tasks.base import Example
-from metamod.tasks.code_grading import abduction_gold, deduction_gold, grade_code, induction_gold
+from metamod.tasks.code.grading import abduction_gold, deduction_gold, grade_code, induction_gold
 
 #: the checks and grades run model-written code in the sandbox, which needs user + network namespaces
 pytestmark = pytest.mark.skipif(not capabilities().namespaces, reason="the sandbox needs user + network namespaces")

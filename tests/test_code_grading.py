@@ -6,7 +6,7 @@ import os
 import pytest
 
 from metamod.tasks.base import ANSWER_KINDS, Example
-from metamod.tasks.code_extract import (
+from metamod.tasks.code.extract import (
     MAX_LITERAL_DEPTH,
     LiteralError,
     bind_entry,
@@ -16,7 +16,7 @@ from metamod.tasks.code_extract import (
     parse_literal,
     positional_args,
 )
-from metamod.tasks.code_grading import (
+from metamod.tasks.code.grading import (
     CodeGrade,
     CodeProblem,
     abduction_gold,
@@ -312,7 +312,7 @@ def test_abduction_input_that_loops_forever_times_out(sandbox):
 
 
 def test_livecodebench_prelude_is_run_before_the_function(sandbox):
-    from metamod.tasks.code_tasks import LIVECODEBENCH_PRELUDE
+    from metamod.tasks.code.loaders import LIVECODEBENCH_PRELUDE
 
     function = "def count(nums: List[int]) -> int:\n    return len(Counter(nums))"
     gold = abduction_gold(function, "count", "2", "nums = [1, 1, 2]", LIVECODEBENCH_PRELUDE)

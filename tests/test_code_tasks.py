@@ -6,9 +6,9 @@ import random
 import pytest
 
 from metamod.tasks import TASKS, TaskConfig, load_task
-from metamod.tasks.code_extract import parse_args, parse_literal
-from metamod.tasks.code_grading import code_problem, grade_code
-from metamod.tasks.code_tasks import LIVECODEBENCH_PRELUDE, RHDA102_IDS
+from metamod.tasks.code.extract import parse_args, parse_literal
+from metamod.tasks.code.grading import code_problem, grade_code
+from metamod.tasks.code.loaders import LIVECODEBENCH_PRELUDE, RHDA102_IDS
 from metamod.tasks.synthetic_code import draw_function, draw_input, python_problem
 
 CODE_TASKS = [
@@ -172,7 +172,7 @@ def test_livecodebench_rhda102_selection(tmp_path, caplog, monkeypatch):
     rows += [dict(LCB_ROWS[1], id=sample, contest_date="2023-06-04") for sample in ("sample_434", "sample_435")]
     data = _jsonl(tmp_path / "lcb.jsonl", rows)
     assert len(load_task("livecodebench_o", data_files=data)) == 6
-    with caplog.at_level("INFO", logger="metamod.tasks.code_tasks"):
+    with caplog.at_level("INFO", logger="metamod.tasks.code.loaders"):
         task = load_task("livecodebench_i", data_files=data, selection="rhda102")
     assert [ex.id for ex in task.examples()] == [
         "livecodebench_i-sample_244",
@@ -196,7 +196,7 @@ def test_livecodebench_rhda102_selection(tmp_path, caplog, monkeypatch):
     table = {column: [row.get(column) for row in rows] for column in rows[0]}
     monkeypatch.setattr(benchmarks_module, "load_hub_table", lambda path, config, split: table)
     caplog.clear()
-    with caplog.at_level("WARNING", logger="metamod.tasks.code_tasks"):
+    with caplog.at_level("WARNING", logger="metamod.tasks.code.loaders"):
         assert len(load_task("livecodebench_o", selection="rhda102")) == 3
     assert "expected the 102 rows of RHDA's file" in caplog.text
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from metamod.tasks import TaskConfig
-from metamod.tasks.code_problem import CODE_KINDS
+from metamod.tasks.code.problem import CODE_KINDS
 from tests.fixtures.datasets import CANARY_GOLDS, FIXTURES, NO_CANARY, ROOT, options_for
 
 PAPER_CONFIGS = sorted((ROOT / "configs" / "eval").glob("*paper*.yaml")) + [
@@ -96,7 +96,7 @@ def test_code_fixtures_are_consistent():
 
     if not sandbox.capabilities().namespaces:
         pytest.skip("the sandbox needs user + network namespaces on this host")
-    from metamod.tasks.code_grading import grade_code
+    from metamod.tasks.code.grading import grade_code
 
     def examples(task, **extra):
         return list(TaskConfig(task=task, **FIXTURES[task], **extra).load().examples())

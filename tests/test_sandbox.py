@@ -752,7 +752,7 @@ def test_a_code_task_is_refused_at_the_start_without_namespaces_unless_the_fallb
     assert cli(argv) == 2
     assert not out.exists()  # refused before the folder, any model or any question
     with pytest.raises(SandboxUnavailableError, match="METAMOD_SANDBOX_ALLOW_FALLBACK=1"):
-        from metamod.tasks.code_grading import preflight_code_tasks
+        from metamod.tasks.code.grading import preflight_code_tasks
 
         preflight_code_tasks({"synthetic_code@abduction": "code_input", "arith": "math"})
     no_namespaces.setenv("METAMOD_SANDBOX_ALLOW_FALLBACK", "1")

@@ -16,7 +16,7 @@
 
 Every step sends ONE batched :meth:`~metamod.rollout.coding.agents.CodeAgent.chat` call for all questions still at
 work (an LLM, or the simulated coder of :mod:`metamod.rollout.coding.simulated`). Answers are read with
-:func:`metamod.tasks.code_grading.extract_code_answer`; a response with no answer gives ``None`` (graded wrong).
+:func:`metamod.tasks.code.grading.extract_code_answer`; a response with no answer gives ``None`` (graded wrong).
 Memory guidance (role ``single``), when a memory is attached, is prepended to the first prompt of each question.
 Per-method settings come from ``method_options`` (``{rhda: {iterations: 3, feedback: rich}}``).
 
@@ -35,7 +35,7 @@ Chain-of-Code details:
 * ``details["chain_of_code"]["source"]`` says where the answer came from: ``execution``, ``emulation``, ``text``
   (no program in the response: the answer stated in prose, if any) or ``none``.
 
-RHDA's check is :func:`~metamod.tasks.code_grading.visible_feedback`: with ``deduction_check: format`` (default) any
+RHDA's check is :func:`~metamod.tasks.code.grading.visible_feedback`: with ``deduction_check: format`` (default) any
 parsable deduction answer passes, so deduction takes one round; abduction and induction are checked for real.
 
 >>> sorted(CODE_BASELINE_METHODS)
@@ -348,7 +348,7 @@ def run_programs(
 
 
 def _extract(text: str | None, example: Example) -> str | None:
-    from metamod.tasks.code_grading import extract_code_answer
+    from metamod.tasks.code.grading import extract_code_answer
 
     meta = code_meta(example)
     entry, language = meta.get("entry") or "f", meta.get("language") or "python"

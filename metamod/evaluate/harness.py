@@ -34,7 +34,7 @@ from typing import Any
 from metamod.config import check_fingerprint, parse_config, save_resolved_config
 from metamod.memory import MemoryConfig
 from metamod.tasks.base import Example
-from metamod.tasks.code_grading import preflight_code_tasks
+from metamod.tasks.code.grading import preflight_code_tasks
 from metamod.tasks.grading import is_equivalent
 
 from ..files import JsonlWriter, atomic_write_json, atomic_write_text, write_after_checks
@@ -141,7 +141,7 @@ class _Grader:
         """What a kind with partial credit (``code_function``) adds to a record: ``score`` (this problem's share of
         graded pairs passed), ``pairs`` ``[passed, total]`` and, when the gold marks its visible pairs,
         ``hidden_pairs`` ``[passed, total]`` over the pairs the agent never saw."""
-        from metamod.tasks.code_grading import grade_code
+        from metamod.tasks.code.grading import grade_code
 
         key = (answer, ex.id, ex.gold, ex.kind)
         if key not in self.pair_cache:

@@ -142,7 +142,7 @@ def _grade_all(examples: Sequence[Example], answers: Sequence[str | None]) -> li
 
 def _extract(example: Example, text: str) -> str | None:
     """The answer of a response, read the way the problem's sub-task, entry and language need."""
-    from metamod.tasks.code_grading import extract_code_answer
+    from metamod.tasks.code.grading import extract_code_answer
 
     meta = code_meta(example)
     return extract_code_answer(

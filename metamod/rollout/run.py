@@ -408,8 +408,8 @@ def _clear(output_dir: Path, *, own_lock: str) -> None:
 
 def _check_tasks(task_configs: list[TaskConfig]) -> None:
     """Load every task and read its first example, so bad task options fail before anything is written; a task
-    whose answers are code also needs a working sandbox here (:func:`~metamod.tasks.code_grading.preflight_code_tasks`)."""
-    from metamod.tasks.code_grading import preflight_code_tasks
+    whose answers are code also needs a working sandbox here (:func:`~metamod.tasks.code.grading.preflight_code_tasks`)."""
+    from metamod.tasks.code.grading import preflight_code_tasks
 
     kinds = {}
     for task_config in task_configs:

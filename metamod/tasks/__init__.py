@@ -33,7 +33,7 @@ from metamod.tasks.benchmarks import (
     StrategyQATask,
     TableTask,
 )
-from metamod.tasks.code_tasks import (
+from metamod.tasks.code.loaders import (
     CRUXEvalITask,
     CRUXEvalOTask,
     DeepCoderTask,
@@ -94,7 +94,7 @@ TASKS: dict[str, type] = {
     "physreason": PhysReasonTask,
     "numina_math": NuminaMathTask,
     "camel_physics": CamelPhysicsTask,
-    # code reasoning (MARCO): deduction *_o, abduction *_i, induction (metamod/tasks/code_tasks.py, synthetic_code.py)
+    # code reasoning (MARCO): deduction *_o, abduction *_i, induction (metamod/tasks/code/loaders.py, synthetic_code.py)
     "cruxeval_o": CRUXEvalOTask,
     "cruxeval_i": CRUXEvalITask,
     "livecodebench_o": LiveCodeBenchOTask,

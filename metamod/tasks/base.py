@@ -10,7 +10,7 @@ from typing import Any
 #: answers), ``mc`` (option letters), ``yesno``, ``text`` (normalised exact match), ``approx`` (numbers and lists of
 #: numbers within a relative tolerance, TheoremQA's rule), ``game24`` (an arithmetic expression checked against
 #: the puzzle's numbers) and the code-reasoning kinds ``code_output`` (deduction), ``code_input`` (abduction) and
-#: ``code_function`` (induction), graded by :mod:`metamod.tasks.code_grading`.
+#: ``code_function`` (induction), graded by :mod:`metamod.tasks.code.grading`.
 ANSWER_KINDS = ("math", "mc", "yesno", "text", "approx", "game24", "code_output", "code_input", "code_function")
 
 

@@ -28,7 +28,7 @@ Two kinds compare numbers differently:
   :func:`metamod.tasks.game24.check_expression` accepts it for the puzzle's numbers (the gold: ``"4 7 8 8"``, or any
   expression over the numbers).
 
-Three kinds grade code reasoning (:mod:`metamod.tasks.code_grading`; the gold is self-contained):
+Three kinds grade code reasoning (:mod:`metamod.tasks.code.grading`; the gold is self-contained):
 
 * ``code_output``: the predicted output, read as a Python literal (never ``eval``), ``==`` the gold literal.
 * ``code_input``: the gold's function, run in the sandbox on the predicted argument list, returns the gold output.
@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 
 #: Kinds understood by :func:`is_equivalent` (kept equal to ``metamod.tasks.base.ANSWER_KINDS``).
 KINDS = ("math", "mc", "yesno", "text", "approx", "game24", "code_output", "code_input", "code_function")
-#: The code-reasoning kinds, graded by :func:`metamod.tasks.code_grading.grade_code` (execution in the sandbox).
+#: The code-reasoning kinds, graded by :func:`metamod.tasks.code.grading.grade_code` (execution in the sandbox).
 CODE_KINDS = ("code_output", "code_input", "code_function")
 
 
@@ -282,7 +282,7 @@ def normalize_answer(answer: str | None, kind: str, choices: Sequence[str] | Non
     """
     _check_kind(kind)
     if kind in CODE_KINDS:
-        from metamod.tasks.code_grading import normalize_code_answer
+        from metamod.tasks.code.grading import normalize_code_answer
 
         return normalize_code_answer(answer, kind)
     candidate = _candidate(answer)
@@ -331,7 +331,7 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
             ``yesno`` (yes/no/true/false), ``text`` (normalised exact match), ``approx`` (numbers or lists of
             numbers, decimal golds within :data:`APPROX_REL_TOL`), ``game24`` (an expression solving the puzzle
             whose numbers the gold lists), or a code kind (``code_output``, ``code_input``, ``code_function``:
-            graded by execution, see :func:`metamod.tasks.code_grading.grade_code`).
+            graded by execution, see :func:`metamod.tasks.code.grading.grade_code`).
         choices: the options of a multiple-choice item.
 
     Returns:
@@ -367,7 +367,7 @@ def is_equivalent(prediction: str | None, gold: str, kind: str, choices: Sequenc
     """
     _check_kind(kind)
     if kind in CODE_KINDS:
-        from metamod.tasks.code_grading import grade_code
+        from metamod.tasks.code.grading import grade_code
 
         return grade_code(prediction, gold, kind).correct
     candidate = _candidate(prediction)

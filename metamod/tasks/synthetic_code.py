@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from metamod.tasks.base import Example
-from metamod.tasks.code_extract import literal_repr
-from metamod.tasks.code_problem import CodeProblem, abduction_gold, deduction_gold, induction_gold
-from metamod.tasks.code_tasks import GRADE_PAIRS, code_example
+from metamod.tasks.code.extract import literal_repr
+from metamod.tasks.code.loaders import GRADE_PAIRS, code_example
+from metamod.tasks.code.problem import CodeProblem, abduction_gold, deduction_gold, induction_gold
 
 logger = logging.getLogger(__name__)
 

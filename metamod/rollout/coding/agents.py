@@ -79,7 +79,7 @@ def feedback_text(feedback: Any, mode: str = "binary", max_failures: int | None 
     """The interpreter's verdict as the model reads it (the ``marco_feedback_*`` templates: every code method).
 
     Args:
-        feedback: a :class:`metamod.tasks.code_grading.Feedback` (``passed``, ``n_passed``, ``n_total``,
+        feedback: a :class:`metamod.tasks.code.grading.Feedback` (``passed``, ``n_passed``, ``n_total``,
             ``failures``, ``error``).
         mode: ``binary`` (passed or not) or ``rich`` (the failed checks and the error as well).
         max_failures: ``rich``: the most failed checks listed (None: all).
@@ -168,7 +168,7 @@ def check_proposals(
 ) -> list[Any]:
     """The interpreter's check of each proposal against what its problem shows, in parallel over the CPU cores.
 
-    One :func:`metamod.tasks.code_grading.visible_feedback` per ``(example, answer)`` (a sandboxed process for
+    One :func:`metamod.tasks.code.grading.visible_feedback` per ``(example, answer)`` (a sandboxed process for
     code); threads only launch and wait for the sandboxes, so a batch uses every core.
 
     Returns:
@@ -177,7 +177,7 @@ def check_proposals(
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    from metamod.tasks.code_grading import visible_feedback
+    from metamod.tasks.code.grading import visible_feedback
 
     if len(examples) != len(answers):
         raise ValueError(f"check_proposals: {len(examples)} examples but {len(answers)} answers")

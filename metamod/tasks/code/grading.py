@@ -4,7 +4,7 @@
 Every gold is one self-contained string, so ``grade_code(prediction, gold, kind)`` needs nothing else:
 
 * ``code_output``: the true output as Python literal source (``"[1, 2]"``). The prediction is read with
-  :func:`~metamod.tasks.code_extract.parse_literal` (never ``eval``) and compared with ``==``, as CRUXEval's
+  :func:`~metamod.tasks.code.extract.parse_literal` (never ``eval``) and compared with ``==``, as CRUXEval's
   ``assert f(x) == y`` does (so ``1 == 1.0 == True``). Nothing is run.
 * ``code_input``: JSON ``{"function", "entry", "output", "input", "prelude"?}``. The predicted argument list must
   be literals (keyword arguments are placed by the function's signature); ``entry(*args)`` then runs in the
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from metamod.tasks.code_extract import (
+from metamod.tasks.code.extract import (
     LiteralError,
     bind_entry,
     extract_code_answer,
@@ -41,7 +41,7 @@ from metamod.tasks.code_extract import (
     parse_literal,
     positional_args,
 )
-from metamod.tasks.code_problem import (
+from metamod.tasks.code.problem import (
     CODE_KINDS,
     KIND_OF_SUBTASK,
     LANGUAGES,
@@ -366,7 +366,7 @@ def grade_code(prediction: str | None, gold: str, kind: str, *, timeout_s: float
 
     Args:
         prediction: the extracted answer, or a whole response (it is extracted with
-            :func:`~metamod.tasks.code_extract.extract_code_answer` when it is not already an answer).
+            :func:`~metamod.tasks.code.extract.extract_code_answer` when it is not already an answer).
         gold: the example's gold string.
         kind: ``code_output``, ``code_input`` or ``code_function``.
         timeout_s: wall-clock limit of the sandbox run (abduction, Python induction).
@@ -430,7 +430,7 @@ def code_score(prediction: str | None, gold: str, kind: str) -> float:
 def normalize_code_answer(answer: str | None, kind: str) -> str | None:
     """Canonical form of a code answer for majority voting (``None`` when unparsable).
 
-    ``code_output``: the literal in :func:`~metamod.tasks.code_extract.literal_repr` spelling; ``code_input``: the
+    ``code_output``: the literal in :func:`~metamod.tasks.code.extract.literal_repr` spelling; ``code_input``: the
     argument list in that spelling (keywords as ``name=value``, sorted); ``code_function``: the extracted program,
     stripped.
 

@@ -4,8 +4,8 @@ sets ListFunction, MiniARC, RobustFill and DeepCoder.
 Every task reads a Hugging Face dataset (``path``, with the paper's dataset as default where one is published) or
 a local ``data_files`` export (``.jsonl``/``.json``/``.parquet``/``.csv``), and yields
 :class:`~metamod.tasks.base.Example` objects whose ``meta["code"]`` holds the visible problem
-(:class:`~metamod.tasks.code_problem.CodeProblem`) and whose gold is self-contained (see
-:mod:`metamod.tasks.code_grading`). Rows that cannot be read (an input or output that is not a literal, a call
+(:class:`~metamod.tasks.code.problem.CodeProblem`) and whose gold is self-contained (see
+:mod:`metamod.tasks.code.grading`). Rows that cannot be read (an input or output that is not a literal, a call
 that does not fit the function's signature, too few pairs) are skipped and logged, never fatal.
 
 Row layouts (docs/tasks.md, "Code reasoning"):
@@ -33,8 +33,8 @@ from typing import Any
 
 from metamod.tasks.base import Example
 from metamod.tasks.benchmarks import TableTask, _as_text
-from metamod.tasks.code_extract import LiteralError, literal_repr, parse_args, parse_literal, positional_args
-from metamod.tasks.code_problem import CodeProblem, abduction_gold, deduction_gold, induction_gold
+from metamod.tasks.code.extract import LiteralError, literal_repr, parse_args, parse_literal, positional_args
+from metamod.tasks.code.problem import CodeProblem, abduction_gold, deduction_gold, induction_gold
 from metamod.tasks.sources import Table, load_hub_table, read_table
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def code_example(example_id: str, problem: CodeProblem, gold: str, **meta: Any) 
     Args:
         example_id: the stable id.
         problem: the visible problem.
-        gold: the self-contained gold (see :mod:`metamod.tasks.code_grading`).
+        gold: the self-contained gold (see :mod:`metamod.tasks.code.grading`).
         **meta: more ``meta`` entries (source, split, row, level, ...).
 
     Returns:

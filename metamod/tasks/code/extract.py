@@ -5,7 +5,7 @@ the parsed syntax tree that accepts only literals (numbers, strings, bytes, ``Tr
 tuples, sets, dicts) plus the few non-literal spellings ``repr`` produces (``set()``, ``frozenset({...})``,
 ``inf``, ``nan``). Anything else (a name, an attribute, a call such as ``__import__('os').system('id')``) is
 unparsable. Sizes are capped (:data:`MAX_LITERAL_CHARS`, :data:`MAX_LITERAL_DEPTH`, :data:`MAX_LITERAL_NODES`), so a
-hostile answer cannot exhaust memory or the recursion limit. Running code is :mod:`metamod.tasks.code_grading`'s
+hostile answer cannot exhaust memory or the recursion limit. Running code is :mod:`metamod.tasks.code.grading`'s
 job, through the sandbox.
 """
 
@@ -145,7 +145,7 @@ def parse_literal(text: str | None) -> Any:
     >>> parse_literal("__import__('os').system('id')")
     Traceback (most recent call last):
     ...
-    metamod.tasks.code_extract.LiteralError: Call is not a literal
+    metamod.tasks.code.extract.LiteralError: Call is not a literal
     """
     if text is None:
         raise LiteralError("no text")

@@ -1,5 +1,5 @@
 """The code-reasoning problem: :class:`CodeProblem` (the visible part, ``example.meta["code"]``) and the gold
-builders of the three code answer kinds (see :mod:`metamod.tasks.code_grading` for how they are graded)."""
+builders of the three code answer kinds (see :mod:`metamod.tasks.code.grading` for how they are graded)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from metamod.tasks.code_extract import SUBTASKS, parse_literal
+from metamod.tasks.code.extract import SUBTASKS, parse_literal
 
 #: The answer kinds of the code subtasks.
 KIND_OF_SUBTASK = {"deduction": "code_output", "abduction": "code_input", "induction": "code_function"}
