@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from metamod.llm.base import Generation, Generator, SamplingConfig
+from metamod.llm.base import Generation, Generator, SamplingConfig, chat_checked
 from metamod.memory.base import ask, with_guidance
 from metamod.prompts import format_responses, render
 from metamod.registry import resolve
@@ -180,10 +180,7 @@ def round_majority(debate: dict[str, Any], round_index: int, seed: int) -> str |
 def _single_call(generator: Generator, conversations: list[list[dict]], sampling: SamplingConfig) -> list[Generation]:
     if sampling.n != 1:
         raise ValueError(f"decision layers make one decision per debate: sampling.n must be 1, got {sampling.n}")
-    outputs = generator.chat(conversations, sampling) if conversations else []
-    if len(outputs) != len(conversations):
-        raise RuntimeError(f"generator {generator.name!r} returned {len(outputs)} outputs for {len(conversations)}")
-    return outputs
+    return chat_checked(generator, conversations, sampling)
 
 
 # --------------------------------------------------------------------------------------------- base

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from metamod.llm.base import Conversation, Generation
+from metamod.llm.base import Conversation, Generation, chat_checked
 from metamod.memory.base import ask, with_guidance
 from metamod.prompts import render
 from metamod.tasks.base import Example
@@ -107,10 +107,7 @@ class SingleAgentMethod:
 
     def _chat(self, conversations: list[Conversation], *, n: int = 1) -> list[Generation]:
         sampling = dataclasses.replace(self.context.agent_sampling, n=n, seed=self.context.seed)
-        outputs = self.context.agent.chat(conversations, sampling) if conversations else []
-        if len(outputs) != len(conversations) * n:
-            raise RuntimeError(f"agent returned {len(outputs)} outputs for {len(conversations)} x {n}")
-        return outputs
+        return chat_checked(self.context.agent, conversations, sampling, who="agent")
 
     # ---- simulated helpers
     def _sim(self, requests: list[Any], group: Any = None) -> list[Generation]:

@@ -93,3 +93,31 @@ class Generator(Protocol):
     def count_tokens(self, conversation: Conversation) -> int:
         """Number of prompt tokens the conversation takes once the chat template is applied."""
         ...
+
+
+def chat_checked(
+    generator: Generator, conversations: list[Conversation], sampling: SamplingConfig, *, who: str | None = None
+) -> list[Generation]:
+    """``generator.chat`` (nothing for no conversations), checked to return ``sampling.n`` generations per
+    conversation: the one output-count check every prompt builder shares.
+
+    >>> class Echo:
+    ...     name = "echo"
+    ...     def chat(self, conversations, sampling):
+    ...         return [Generation(text=c[-1]["content"], prompt_tokens=1, completion_tokens=1) for c in conversations]
+    >>> [g.text for g in chat_checked(Echo(), [[{"role": "user", "content": "hi"}]], SamplingConfig())]
+    ['hi']
+    >>> chat_checked(Echo(), [[{"role": "user", "content": "hi"}]], SamplingConfig(n=2), who="agent")
+    Traceback (most recent call last):
+    ...
+    RuntimeError: agent returned 1 generations for 1 prompt(s) x 2 samples
+    """
+    if not conversations:
+        return []
+    outputs = list(generator.chat(conversations, sampling))
+    if len(outputs) != len(conversations) * sampling.n:
+        name = who or f"generator {getattr(generator, 'name', type(generator).__name__)!r}"
+        raise RuntimeError(
+            f"{name} returned {len(outputs)} generations for {len(conversations)} prompt(s) x {sampling.n} samples"
+        )
+    return outputs

@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
+from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig, chat_checked
 from metamod.llm.budget import cut_guidance
 from metamod.memory.base import render_guidance, with_guidance
 from metamod.prompts import format_responses, render
@@ -274,12 +274,8 @@ class LLMDebaters:
                 self.sampling.max_tokens,
                 self.num_trimmed,
             )
-        generations = self.generator.chat(conversations, self.sampling)
+        generations = chat_checked(self.generator, conversations, self.sampling, who=f"{self.model}: backend")
         self.num_calls += 1
-        if len(generations) != len(conversations):
-            raise RuntimeError(
-                f"{self.model}: backend returned {len(generations)} generations for {len(conversations)} prompts"
-            )
         return [
             DebaterGeneration(
                 text=g.text,

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from metamod.errors import ConfigError
-from metamod.llm.base import Conversation, Generation
+from metamod.llm.base import Conversation, Generation, chat_checked
 from metamod.tasks.grading import extract_answer
 
 from ..single import SingleAgentMethod, SingleOutcome
@@ -150,7 +150,4 @@ class BaselineMethod(SingleAgentMethod):
             stop=base.stop if stop is None else list(stop),
             logprobs=logprobs or base.logprobs,
         )
-        outputs = self.context.agent.chat(conversations, sampling)
-        if len(outputs) != len(conversations) * n:
-            raise RuntimeError(f"agent returned {len(outputs)} outputs for {len(conversations)} x {n}")
-        return list(outputs)
+        return chat_checked(self.context.agent, conversations, sampling, who="agent")

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metamod.llm.base import Conversation, Generation
+from metamod.llm.base import Conversation, Generation, chat_checked
 from metamod.prompts import render
 from metamod.rollout.coding.turn import (  # noqa: F401 (re-exported: the code methods import them from here)
     DEDUCTION_CHECKS,
@@ -153,10 +153,7 @@ class CodeAgent:
         if self.simulated is not None:
             return list(self.simulated.respond(list(turns)))
         sampling = self.sampling if max_tokens is None else dataclasses.replace(self.sampling, max_tokens=max_tokens)
-        outputs = self.generator.chat([list(c) for c in conversations], sampling)
-        if len(outputs) != len(conversations):
-            raise RuntimeError(f"agent returned {len(outputs)} outputs for {len(conversations)} conversations")
-        return list(outputs)
+        return chat_checked(self.generator, [list(c) for c in conversations], sampling, who="agent")
 
 
 def check_proposals(

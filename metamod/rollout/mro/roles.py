@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
+from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig, chat_checked
 from metamod.memory.base import ask, ask_guidance, render_guidance, with_guidance
 from metamod.rewards.moderator import STOP, parse_decision
 from metamod.rollout.mro.parse import (
@@ -187,14 +187,11 @@ class _LLMRole:
     def _chat(self, conversations: list[Conversation]) -> list[Generation]:
         if not conversations:
             return []
-        generations = self.generator.chat(conversations, self.sampling)
+        generations = chat_checked(
+            self.generator, conversations, self.sampling, who=f"{self.model} ({self.role}): backend"
+        )
         self.num_calls += 1
-        if len(generations) != len(conversations):
-            raise RuntimeError(
-                f"{self.model} ({self.role}): backend returned {len(generations)} generations for "
-                f"{len(conversations)} prompts"
-            )
-        return list(generations)
+        return generations
 
 
 def _prepend(conversation: Conversation, block: str) -> Conversation:
