@@ -49,6 +49,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from metamod.llm.base import chat_checked
 from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
 from metamod.memory.distill import normalise_answer, scrub_answers
 from metamod.memory.embed import EMBEDDERS, Embedder, build_embedder, top_k_scores
@@ -510,10 +511,8 @@ class BufferOfThought(BaseMemory):
         if not prompts:
             return []
         sampling = dataclasses.replace(self.llm_sampling, n=1)
-        generations = self.llm.chat([[{"role": "user", "content": p}] for p in prompts], sampling)
-        if len(generations) != len(prompts):
-            raise RuntimeError(f"memory LLM returned {len(generations)} generations for {len(prompts)} prompts")
-        return [g.text for g in generations]
+        conversations = [[{"role": "user", "content": p}] for p in prompts]
+        return [g.text for g in chat_checked(self.llm, conversations, sampling, who="memory LLM")]
 
     def _reindex(self) -> None:
         """Embed the stored descriptions (never saved: the embedder is deterministic)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from metamod.llm.base import chat_checked
 from metamod.memory.base import Observation
 from metamod.memory.bot import trajectory
 from metamod.memory.corpus import read_behaviours, recorded_embedder
@@ -195,9 +196,7 @@ def chat_texts(llm: Any, sampling: Any, prompts: list[str], max_tokens: int) -> 
     if not prompts:
         return []
     sampling = dataclasses.replace(sampling, n=1, max_tokens=max_tokens)
-    generations = llm.chat([[{"role": "user", "content": p}] for p in prompts], sampling)
-    if len(generations) != len(prompts):
-        raise RuntimeError(f"memory LLM returned {len(generations)} generations for {len(prompts)} prompts")
+    generations = chat_checked(llm, [[{"role": "user", "content": p}] for p in prompts], sampling, who="memory LLM")
     return [str(g.text or "") for g in generations]
 
 

@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from metamod.llm.base import chat_checked
 from metamod.prompts import render
 
 logger = logging.getLogger(__name__)
@@ -418,11 +419,7 @@ class LLMDistiller:
             )
             conversations.append([{"role": "user", "content": prompt}])
         sampling = SamplingConfig(temperature=0.0, max_tokens=self.max_tokens, n=1, seed=0)
-        generations = self.generator.chat(conversations, sampling)
-        if len(generations) != len(conversations):
-            raise RuntimeError(
-                f"distiller generator returned {len(generations)} generations for {len(conversations)} prompts"
-            )
+        generations = chat_checked(self.generator, conversations, sampling, who="distiller generator")
         out: list[list[Behaviour]] = []
         for facts, gen in zip(batch, generations, strict=True):
             answers = [a for row in facts.get("answers", []) for a in row if a]

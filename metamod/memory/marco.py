@@ -51,6 +51,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from metamod.llm.base import chat_checked
 from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
 from metamod.prompts import render
 
@@ -302,7 +303,7 @@ class MarcoMemory(BaseMemory):
             lessons = "\n".join(f"- {t}" for t in inputs)
             prompt = render("marco_condense", lessons=lessons, max_items=opts.max_knowledge)
             sampling = dataclasses.replace(self.llm_sampling, n=1, max_tokens=opts.condense_max_tokens)
-            reply = self.llm.chat([[{"role": "user", "content": prompt}]], sampling)
+            reply = chat_checked(self.llm, [[{"role": "user", "content": prompt}]], sampling, who="memory LLM")
             guidelines = parse_guidelines(reply[0].text if reply else "", opts.max_knowledge)
             if not guidelines:
                 fallback = True

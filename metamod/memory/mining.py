@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from metamod.llm.base import Generation, Generator, SamplingConfig
+from metamod.llm.base import Generation, Generator, SamplingConfig, chat_checked
 from metamod.prompts import render
 
 logger = logging.getLogger(__name__)
@@ -256,12 +256,7 @@ def _one_call(generator: Generator, conversations: list, sampling: SamplingConfi
         return []
     if sampling.n != 1:
         raise ValueError(f"behaviour mining draws one sample per question; {stage} sampling has n={sampling.n}")
-    outputs = generator.chat(conversations, sampling)
-    if len(outputs) != len(conversations):
-        raise RuntimeError(
-            f"{stage}: the generator returned {len(outputs)} generations for {len(conversations)} conversations"
-        )
-    return outputs
+    return chat_checked(generator, conversations, sampling, who=f"{stage}: the generator")
 
 
 def solve(generator: Generator, sampling: SamplingConfig, questions: Sequence[str]) -> list[Generation]:

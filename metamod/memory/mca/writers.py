@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from metamod.llm.base import chat_checked
 from metamod.memory.mca.parse import (
     KIND_LABEL,
     NEAR_DUPLICATE,
@@ -328,13 +329,9 @@ class LLMWriter:
         return str(getattr(self.llm, "name", "llm"))
 
     def _chat(self, conversations: list[list[dict[str, str]]]) -> list[str]:
-        generations = self.llm.chat(conversations, self.sampling)
+        generations = chat_checked(self.llm, conversations, self.sampling, who="memory LLM")
         self.calls += 1
-        n = max(1, int(getattr(self.sampling, "n", 1) or 1))
-        if len(generations) != len(conversations) * n:
-            raise RuntimeError(
-                f"memory LLM returned {len(generations)} generations for {len(conversations)} conversations (n={n})"
-            )
+        n = self.sampling.n  # the first of each conversation's samples
         return [str(generations[i * n].text or "") for i in range(len(conversations))]
 
     def distill(self, jobs: Sequence[DistillJob]) -> list[DistillOutput]:
