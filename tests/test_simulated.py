@@ -7,7 +7,8 @@ import pytest
 from metamod.rollout.analysis import trace_dynamics
 from metamod.rollout.debate import run_debates
 from metamod.rollout.debaters import DebateRequest
-from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig, correct_answer, wrong_answers
+from metamod.rollout.simulated import SimulatedDebaters, SimulationConfig
+from metamod.rollout.simulation import correct_answer, wrong_answers
 from metamod.tasks import load_task
 from metamod.tasks.base import Example
 from metamod.tasks.game24 import check_expression

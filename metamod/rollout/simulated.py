@@ -44,26 +44,28 @@ True
 
 from __future__ import annotations
 
-import hashlib
-import math
 import random
-import string
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from metamod.llm.base import Generation
 from metamod.prompts import render
 from metamod.rollout.debaters import DebateRequest, DebaterGeneration
+from metamod.rollout.simulation import (
+    check_probability,
+    correct_answer,
+    is_right,
+    logit,
+    normalized,
+    seeded_rng,
+    sigmoid,
+    slip,
+    wrong_answers,
+)
 from metamod.tasks.base import Example
-from metamod.tasks.grading import extract_answer, is_equivalent, normalize_answer
+from metamod.tasks.grading import extract_answer
 
 SIM_MODEL = "simulated-debater-v1"
-
-
-def _check_probability(name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
 
 
 @dataclass
@@ -146,7 +148,7 @@ class SimulationConfig:
             if not 0.0 < acc < 1.0:
                 raise ValueError(f"agent_accuracy[{i}] must be in (0, 1), got {acc}")
         for i, s in enumerate(self.stubbornness):
-            _check_probability(f"stubbornness[{i}]", s)
+            check_probability(f"stubbornness[{i}]", s)
         for name in (
             "distractor_concentration",
             "conformity",
@@ -157,7 +159,7 @@ class SimulationConfig:
             "slip_visible",
             "garble_prob",
         ):
-            _check_probability(name, getattr(self, name))
+            check_probability(name, getattr(self, name))
         for name in ("level_slope", "question_sd", "truth_bonus", "level_drift"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -166,104 +168,6 @@ class SimulationConfig:
                 f"confidence_correlation must be in [-1, 1] (the gap P(confident | correct) - P(confident | wrong)), "
                 f"got {self.confidence_correlation}; use 0 for uninformative wording or 1 for a perfect tell"
             )
-
-
-@lru_cache(maxsize=1 << 16)
-def _norm(answer: str | None, kind: str, choices: tuple[str, ...] | None) -> str | None:
-    """Memoised :func:`normalize_answer` (the simulation compares the same few answers many times)."""
-    return normalize_answer(answer, kind, choices)
-
-
-@lru_cache(maxsize=1 << 16)
-def _grade(answer: str, gold: str, kind: str, choices: tuple[str, ...] | None) -> bool:
-    """Memoised :func:`is_equivalent` (the shared grader)."""
-    return is_equivalent(answer, gold, kind, choices)
-
-
-def correct_answer(example: Example) -> str:
-    """The answer a simulated agent gives when it is right: ``meta["solution"]`` when the task records one, else gold.
-
-    A recorded solution is used only when the gold is not itself a right answer (game24: the gold lists the puzzle's
-    numbers, ``"4 7 8 8"``, and any valid expression is right), so a task whose ``meta`` happens to carry a worked
-    solution still answers with its gold.
-
-    Args:
-        example: the task example.
-
-    Returns:
-        The answer text.
-
-    >>> correct_answer(Example(id="a", question="?", gold="17", kind="math", meta={"solution": "3 * 4 + 5 = 17"}))
-    '17'
-    >>> correct_answer(Example(id="b", question="?", gold="4 7 8 8", kind="game24", meta={"solution": "(7 - 8 / 8) * 4"}))
-    '(7 - 8 / 8) * 4'
-    """
-    solution = example.meta.get("solution")
-    if solution and not _grade(example.gold, example.gold, example.kind, example.choices):
-        return str(solution)
-    return example.gold
-
-
-def _is_right(answer: str | None, example: Example) -> bool:
-    """Whether a simulated agent's ``answer`` is right.
-
-    Normalised equality with :func:`correct_answer` when that is the gold (every task but game24; cheap, and the
-    rule the simulation was calibrated with), else the shared grader (game24: two different valid expressions are
-    both right).
-    """
-    right = correct_answer(example)
-    if right == example.gold:
-        return _norm(answer, example.kind, example.choices) == _norm(right, example.kind, example.choices)
-    return answer is not None and _grade(answer, example.gold, example.kind, example.choices)
-
-
-def _rng(*parts: object) -> random.Random:
-    digest = hashlib.blake2b("|".join(map(str, parts)).encode("utf-8"), digest_size=8).digest()
-    return random.Random(int.from_bytes(digest, "big"))
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
-
-
-def _logit(p: float) -> float:
-    return math.log(p / (1.0 - p))
-
-
-def wrong_answers(example: Example) -> list[str]:
-    """Plausible wrong answers for an example: ``meta["distractors"]``, else other options / nearby numbers.
-
-    >>> wrong_answers(Example(id="a", question="?", gold="B", kind="mc", choices=("x", "y", "z")))
-    ['A', 'C']
-    >>> wrong_answers(Example(id="b", question="?", gold="yes", kind="yesno"))
-    ['no']
-    """
-    gold_key = _norm(correct_answer(example), example.kind, example.choices)
-    candidates: list[str] = [str(d) for d in (example.meta.get("distractors") or [])]
-    if not candidates:
-        if example.choices:
-            candidates = [string.ascii_uppercase[i] for i in range(len(example.choices))]
-        elif example.kind == "yesno":
-            candidates = ["no" if gold_key == "yes" else "yes"]
-        else:
-            try:
-                value = int(float(example.gold))
-                candidates = [str(value + d) for d in (1, -1, 10, 2)]
-            except ValueError:
-                candidates = [f"not {example.gold}"]
-    out: list[str] = []
-    for cand in candidates:
-        key = _norm(cand, example.kind, example.choices)
-        if key is not None and not _is_right(cand, example) and cand not in out:
-            out.append(cand)
-    return out or [f"not {example.gold}"]
-
-
-def _slip(step: str, wrong: str) -> str:
-    """Rewrite the result of a step ``lhs = value`` so that it reads ``lhs = wrong``."""
-    if "=" in step:
-        return step.rsplit("=", 1)[0].rstrip() + f" = {wrong}"
-    return f"{step}, which gives {wrong}"
 
 
 _OPENINGS = (
@@ -332,15 +236,15 @@ class SimulatedDebaters:
         """Round-0 probability that ``agent`` answers ``example`` correctly."""
         cfg = self.config
         level = int(example.meta.get("level", 1) or 1)
-        z_q = _rng(cfg.sim_seed, example.id, "question").gauss(0.0, 1.0)
-        base = _logit(cfg.agent_accuracy[agent % len(cfg.agent_accuracy)])
-        return _sigmoid(base - cfg.level_slope * (level - 1) + cfg.question_sd * z_q)
+        z_q = seeded_rng(cfg.sim_seed, example.id, "question").gauss(0.0, 1.0)
+        base = logit(cfg.agent_accuracy[agent % len(cfg.agent_accuracy)])
+        return sigmoid(base - cfg.level_slope * (level - 1) + cfg.question_sd * z_q)
 
     def _wrong(self, rng: random.Random, example: Example, avoid: str | None = None) -> str:
         options = wrong_answers(example)
         if avoid is not None:
-            key = _norm(avoid, example.kind, example.choices)
-            kept = [o for o in options if _norm(o, example.kind, example.choices) != key]
+            key = normalized(avoid, example.kind, example.choices)
+            kept = [o for o in options if normalized(o, example.kind, example.choices) != key]
             options = kept or options
         if len(options) == 1 or rng.random() < self.config.distractor_concentration:
             return options[0]
@@ -354,7 +258,7 @@ class SimulatedDebaters:
         ex, cfg = request.example, self.config
         if request.round == 0:
             return self._solve(rng, ex, request.agent), "solve"
-        key = lambda a: _norm(a, ex.kind, ex.choices)  # noqa: E731
+        key = lambda a: normalized(a, ex.kind, ex.choices)  # noqa: E731
         own = extract_answer(request.own_previous)
         peers = [extract_answer(p) for p in request.peer_previous]
         level = int(ex.meta.get("level", 1) or 1)
@@ -373,12 +277,12 @@ class SimulatedDebaters:
                 votes.setdefault(pk, []).append(p)
         for pk in sorted(votes, key=lambda k: (-len(votes[k]), k)):
             p_conform = (1 - stubborn) * (1 - (1 - cfg.conformity) ** len(votes[pk]))
-            if _is_right(votes[pk][0], ex):
+            if is_right(votes[pk][0], ex):
                 p_conform *= cfg.truth_bonus
             if rng.random() < min(p_conform, 0.97):
                 return votes[pk][0], "conform"
-        if not _is_right(current, ex):
-            peer_right = any(_is_right(answers[0], ex) for answers in votes.values())
+        if not is_right(current, ex):
+            peer_right = any(is_right(answers[0], ex) for answers in votes.values())
             p_fix = cfg.self_correct + (cfg.peer_correct_bonus if peer_right else 0.0)
             p_fix *= 1 / (1 + 0.25 * (level - 1))
             if rng.random() < p_fix:
@@ -401,19 +305,19 @@ class SimulatedDebaters:
                     return lines
                 return steps[: max(0, len(steps) - 1)] + lines
             if steps:
-                return steps[:-1] + [_slip(steps[-1], answer)]
+                return steps[:-1] + [slip(steps[-1], answer)]
         return steps[: len(steps) // 2] + [f"Putting the rest together, that comes to {answer}."]
 
     def _confident(self, request: DebateRequest, correct: bool) -> bool:
         """Whether this turn's closing remark sounds confident (noisy in correctness; own seeded stream)."""
         cfg = self.config
         p_confident = (1 + (cfg.confidence_correlation if correct else -cfg.confidence_correlation)) / 2
-        stream = _rng(cfg.sim_seed, request.example.id, request.agent, request.round, "confidence")
+        stream = seeded_rng(cfg.sim_seed, request.example.id, request.agent, request.round, "confidence")
         return stream.random() < p_confident
 
     def _render(self, rng: random.Random, request: DebateRequest, answer: str, move: str) -> str:
         ex = request.example
-        correct = _is_right(answer, ex)
+        correct = is_right(answer, ex)
         lines: list[str] = []
         if request.round > 0:
             peer_answers = [extract_answer(p) for p in request.peer_previous]
@@ -425,7 +329,7 @@ class SimulatedDebaters:
             agree = [
                 j + 1
                 for j, a in enumerate(peer_answers)
-                if a is not None and _norm(a, ex.kind, ex.choices) == _norm(answer, ex.kind, ex.choices)
+                if a is not None and normalized(a, ex.kind, ex.choices) == normalized(answer, ex.kind, ex.choices)
             ]
             if move == "conform":
                 lines.append(f"Agent {agree[0] if agree else 1}'s reasoning convinces me, so I revise my answer.")
@@ -455,7 +359,7 @@ class SimulatedDebaters:
         self.num_calls += 1
         out: list[Generation] = []
         for request in requests:
-            rng = _rng(self.config.sim_seed, request.example.id, request.agent, request.round)
+            rng = seeded_rng(self.config.sim_seed, request.example.id, request.agent, request.round)
             answer, move = self._decide(rng, request)
             text = self._render(rng, request, answer, move)
             out.append(

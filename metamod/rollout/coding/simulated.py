@@ -45,7 +45,7 @@ from typing import Any
 
 from metamod.llm.base import Generation
 from metamod.rollout.coding.turn import CodeTurn, code_meta
-from metamod.rollout.simulated import _check_probability, _logit, _rng, _sigmoid
+from metamod.rollout.simulation import check_probability, logit, seeded_rng, sigmoid
 from metamod.tasks.base import Example
 
 SIM_CODER_MODEL = "simulated-coder-v1"
@@ -113,7 +113,7 @@ class CodeSimulationConfig:
         if not 0.0 < self.accuracy < 1.0:  # a logit is taken
             raise ValueError(f"accuracy must be a probability in (0, 1), got {self.accuracy}")
         for name in ("retry_fix", "peer_bonus", "overfit_prob", "garble_prob"):
-            _check_probability(name, getattr(self, name))
+            check_probability(name, getattr(self, name))
         for name in ("level_slope", "question_sd"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -193,15 +193,15 @@ class SimulatedCoder:
         self.config = config or CodeSimulationConfig()
 
     def _rng(self, turn: CodeTurn, *extra: object) -> Any:
-        return _rng(self.config.code_sim_seed, turn.example.id, turn.agent, turn.iteration, turn.stage, *extra)
+        return seeded_rng(self.config.code_sim_seed, turn.example.id, turn.agent, turn.iteration, turn.stage, *extra)
 
     def p_right(self, turn: CodeTurn) -> float:
         """The probability that this turn's proposal is right (see the module docstring)."""
         cfg = self.config
         level = int(code_meta(turn.example).get("level") or 1)
-        z_q = _rng(cfg.code_sim_seed, turn.example.id, "question").gauss(0.0, 1.0)
+        z_q = seeded_rng(cfg.code_sim_seed, turn.example.id, "question").gauss(0.0, 1.0)
         knowledge = cfg.knowledge_bonus * min(turn.guidance_items, cfg.knowledge_cap) / cfg.knowledge_cap
-        first = _sigmoid(_logit(cfg.accuracy) - cfg.level_slope * (level - 1) + cfg.question_sd * z_q + knowledge)
+        first = sigmoid(logit(cfg.accuracy) - cfg.level_slope * (level - 1) + cfg.question_sd * z_q + knowledge)
         if turn.iteration <= 1 or not turn.failed_before:
             return first
         fix = min(1.0, cfg.retry_fix + (cfg.peer_bonus if turn.peer_lessons else 0.0)) / (1 + 0.25 * (level - 1))

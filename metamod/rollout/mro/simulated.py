@@ -40,7 +40,16 @@ from typing import Any, NamedTuple
 from metamod.llm.base import Generation
 from metamod.rollout.mro.parse import parse_controller
 from metamod.rollout.mro.roles import ControllerRequest, ControllerTurn, MonitorRequest, ReasonerRequest
-from metamod.rollout.simulated import _is_right, _logit, _norm, _rng, _sigmoid, _slip, correct_answer, wrong_answers
+from metamod.rollout.simulation import (
+    correct_answer,
+    is_right,
+    logit,
+    normalized,
+    seeded_rng,
+    sigmoid,
+    slip,
+    wrong_answers,
+)
 from metamod.tasks.base import Example
 
 SIM_MRO_MODEL = "simulated-mro-v1"
@@ -111,7 +120,7 @@ def _level(example: Example) -> int:
 
 def _is_gold(answer: str | None, example: Example) -> bool:
     """Whether a candidate is right (the simulation's own rule, :func:`metamod.rollout.simulated._is_right`)."""
-    return answer is not None and _is_right(answer, example)
+    return answer is not None and is_right(answer, example)
 
 
 class _SimRole:
@@ -128,7 +137,7 @@ class _SimRole:
         return {"simulation": asdict(self.config)}
 
     def _rng(self, example: Example, iteration: int, *extra: object):
-        return _rng(self.config.mro_sim_seed, example.id, self.role, iteration, *extra)
+        return seeded_rng(self.config.mro_sim_seed, example.id, self.role, iteration, *extra)
 
     def _wrong(self, rng, example: Example, avoid: str | None = None) -> str:
         options = wrong_answers(example)
@@ -136,7 +145,7 @@ class _SimRole:
             options = [
                 o
                 for o in options
-                if _norm(o, example.kind, example.choices) != _norm(avoid, example.kind, example.choices)
+                if normalized(o, example.kind, example.choices) != normalized(avoid, example.kind, example.choices)
             ] or options
         return rng.choice(options)
 
@@ -149,9 +158,9 @@ class SimulatedReasoner(_SimRole):
     def first_accuracy(self, example: Example) -> float:
         """P(the first attempt is right) for this question."""
         cfg = self.config
-        z_q = _rng(cfg.mro_sim_seed, example.id, "question").gauss(0.0, 1.0)
-        logit = _logit(cfg.reasoner_accuracy) - cfg.reasoner_level_slope * (_level(example) - 1)
-        return _sigmoid(logit + cfg.reasoner_question_sd * z_q)
+        z_q = seeded_rng(cfg.mro_sim_seed, example.id, "question").gauss(0.0, 1.0)
+        base = logit(cfg.reasoner_accuracy) - cfg.reasoner_level_slope * (_level(example) - 1)
+        return sigmoid(base + cfg.reasoner_question_sd * z_q)
 
     def _p_right(self, request: ReasonerRequest) -> float:
         if request.iteration == 1 or request.previous_correct is None:
@@ -173,7 +182,7 @@ class SimulatedReasoner(_SimRole):
             if not steps:  # no worked steps recorded: one line with the attempt's own answer (never the gold's)
                 steps = [f"Working it through gives {answer}."]
             elif not right:
-                steps = steps[:-1] + [_slip(steps[-1], answer)]
+                steps = steps[:-1] + [slip(steps[-1], answer)]
             lines = ["Trying a different approach this time."] if request.feedback else []
             lines += [f"Step {k + 1}: {s}" for k, s in enumerate(steps)]
             if rng.random() < self.config.mro_garble_prob:
