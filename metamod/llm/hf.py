@@ -89,7 +89,9 @@ def resolve_dtype(dtype: str, device: str):
     return getattr(torch, dtype)
 
 
-def _check_adapter(adapter: str) -> None:
+def check_adapter_folder(adapter: str) -> None:
+    """A local adapter reference must be an existing folder holding ``adapter_config.json`` (checked by the hf and
+    vLLM backends before loading; a Hub id is left to the loader)."""
     if looks_local(adapter):
         folder = Path(adapter).expanduser()
         if not folder.is_dir():
@@ -170,7 +172,7 @@ class HFGenerator:
                 "metamod.llm.tiny.ensure_tiny_model) or a Hub id like 'Qwen/Qwen2.5-7B-Instruct'"
             )
         if adapter:
-            _check_adapter(adapter)
+            check_adapter_folder(adapter)
         device = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, device)
         logger.info("Loading %s (%s, %s)%s", model, device, torch_dtype, f" + adapter {adapter}" if adapter else "")

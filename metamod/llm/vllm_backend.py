@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from metamod.llm.base import Conversation, Generation, SamplingConfig
-from metamod.llm.hf import _check_adapter, looks_local
+from metamod.llm.hf import check_adapter_folder, looks_local
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class VLLMGenerator:
         if looks_local(model) and not Path(model).expanduser().is_dir():
             raise FileNotFoundError(f"model folder {model!r} does not exist; pass an existing folder or a Hub id")
         if adapter:
-            _check_adapter(adapter)
+            check_adapter_folder(adapter)
             enable_lora = True
             rank = _adapter_rank(adapter)
             if rank is not None and rank > max_lora_rank:

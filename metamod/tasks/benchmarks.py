@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 _LOGGED_IDS = 20
 
 
-def _as_text(value: Any) -> str | None:
+def as_text(value: Any) -> str | None:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     text = str(value).strip()
@@ -45,7 +45,7 @@ def number_gold(value: Any) -> str | None:
         if math.isnan(value):
             return None
         return str(int(value)) if value.is_integer() else repr(value)
-    text = _as_text(value)
+    text = as_text(value)
     if text is None:
         return None
     plain = text.replace(",", "")
@@ -60,7 +60,7 @@ def yesno_gold(value: Any) -> str | None:
     """
     if isinstance(value, bool):
         return "yes" if value else "no"
-    text = (_as_text(value) or "").lower()
+    text = (as_text(value) or "").lower()
     if text in ("yes", "true", "1"):
         return "yes"
     if text in ("no", "false", "0"):
@@ -79,7 +79,7 @@ def letter_gold(value: Any, num_choices: int) -> str | None:
     if isinstance(value, int | float) and not (isinstance(value, float) and not value.is_integer()):
         index = int(value)
     else:
-        text = (_as_text(value) or "").strip("().").upper()
+        text = (as_text(value) or "").strip("().").upper()
         if text.isdigit():
             index = int(text)
         elif len(text) == 1 and text in string.ascii_uppercase:
@@ -170,7 +170,7 @@ class TableTask:
     # -- per-task conversions (overridden by subclasses) ----------------------------------------------------------
 
     def parse_gold(self, value: Any, choices: tuple[str, ...] | None) -> str | None:
-        return _as_text(value)
+        return as_text(value)
 
     # -- loading --------------------------------------------------------------------------------------------------
 
@@ -230,7 +230,7 @@ class TableTask:
 
     def _row_id(self, index: int) -> str:
         if self.id_column is not None:
-            value = _as_text(self._table[self.id_column][index])
+            value = as_text(self._table[self.id_column][index])
             if value is not None:
                 return value
         split, row = self._row_origin(index)
@@ -238,7 +238,7 @@ class TableTask:
 
     def _build(self, index: int) -> Example | None:
         table = self._table
-        question = _as_text(table[self.question_column][index])
+        question = as_text(table[self.question_column][index])
         choices = choices_list(table[self.choices_column][index]) if self.choices_column else None
         if question is None or (self.kind == "mc" and choices is None):
             return None
@@ -303,7 +303,7 @@ class GSM8KTask(TableTask):
     hub_path, hub_config, default_split = "openai/gsm8k", "main", "test"
 
     def parse_gold(self, value: Any, choices: tuple[str, ...] | None) -> str | None:
-        text = _as_text(value)
+        text = as_text(value)
         if text is None:
             return None
         if "####" in text:
@@ -326,7 +326,7 @@ def difficulty_level(value: Any) -> int | None:
         return value
     if isinstance(value, float):
         return int(value) if value.is_integer() else None
-    text = (_as_text(value) or "").lower().removeprefix("level").strip()
+    text = (as_text(value) or "").lower().removeprefix("level").strip()
     return int(text) if text.isdigit() else None
 
 
@@ -457,4 +457,4 @@ class LocalTask(TableTask):
             return yesno_gold(value)
         if self.kind == "math":
             return number_gold(value)
-        return _as_text(value)
+        return as_text(value)

@@ -32,7 +32,7 @@ from fractions import Fraction
 from typing import Any
 
 from metamod.tasks.base import Example
-from metamod.tasks.benchmarks import TableTask, _as_text
+from metamod.tasks.benchmarks import TableTask, as_text
 from metamod.tasks.sources import Table
 
 logger = logging.getLogger(__name__)
@@ -636,7 +636,7 @@ def puzzle_ranks(table: Table, num_rows: int) -> list[int | None]:
         return list(range(1, num_rows + 1))
     ranks: list[int | None] = []
     for value in table[RANK_COLUMN][:num_rows]:
-        text = _as_text(value)
+        text = as_text(value)
         if isinstance(value, bool) or text is None:
             ranks.append(None)
             continue
@@ -654,7 +654,7 @@ def _puzzle_cell(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, list | tuple):
         numbers = tuple(value) if all(type(n) is int for n in value) else None
     else:
-        text = _as_text(value)
+        text = as_text(value)
         numbers = tuple(int(n) for n in text.replace(",", " ").split()) if text and _PUZZLE_RE.fullmatch(text) else None
     if numbers is None or len(numbers) != NUMBERS_PER_PUZZLE or not all(0 <= n <= MAX_LITERAL for n in numbers):
         return None

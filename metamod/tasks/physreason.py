@@ -15,7 +15,7 @@ from typing import Any
 
 from metamod.errors import InputError
 from metamod.tasks.base import Example
-from metamod.tasks.benchmarks import _as_text
+from metamod.tasks.benchmarks import as_text
 from metamod.tasks.reasoning_benchmarks import SourcedTableTask, _hub_file, _json_records, latex_gold
 from metamod.tasks.sources import Table, read_table
 
@@ -36,7 +36,7 @@ def _sub_questions(structure: dict[str, Any]) -> list[str]:
     for key, value in structure.items():
         match = re.fullmatch(r"sub_question_(\d+)", str(key))
         if match:
-            numbered.append((int(match.group(1)), _as_text(value) or ""))
+            numbered.append((int(match.group(1)), as_text(value) or ""))
     return [text for _, text in sorted(numbered)]
 
 
@@ -44,8 +44,8 @@ def _captions_text(value: Any) -> str | None:
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, list | tuple):
-        value = "\n".join(str(item).strip() for item in value if _as_text(item))
-    return _as_text(value)
+        value = "\n".join(str(item).strip() for item in value if as_text(item))
+    return as_text(value)
 
 
 def _decoded(value: Any) -> Any:
@@ -121,7 +121,7 @@ def physreason_rows(
         if len(parts) != len(answers):
             counts["mismatched"] += 1
         num_parts = min(len(parts), len(answers))
-        context = _as_text(structure.get("context")) or ""
+        context = as_text(structure.get("context")) or ""
         if use_captions and captions:
             context = f"{context}\n\nFigure description: {captions}".strip()
         wanted = range(num_parts) if sub_questions == "all" else range(max(num_parts - 1, 0), num_parts)
@@ -137,7 +137,7 @@ def physreason_rows(
             table["problem_id"].append(problem_id)
             table["part"].append(k + 1)
             table["num_parts"].append(num_parts)
-            table["difficulty"].append(_as_text(record.get("difficulty")))
+            table["difficulty"].append(as_text(record.get("difficulty")))
             table["has_images"].append(has_images)
     return table, counts
 
@@ -210,7 +210,7 @@ class PhysReasonTask(SourcedTableTask):
         ids = table.get("problem_id") or table.get("id") or [None] * rows
         flags = table.get("has_images") or [False] * rows
         return [
-            (_as_text(ids[i]) or str(i), {column: values[i] for column, values in table.items()}, bool(flags[i]))
+            (as_text(ids[i]) or str(i), {column: values[i] for column, values in table.items()}, bool(flags[i]))
             for i in range(rows)
         ]
 

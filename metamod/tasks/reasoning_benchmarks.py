@@ -25,7 +25,7 @@ from typing import Any
 
 from metamod.errors import InputError
 from metamod.tasks.base import Example
-from metamod.tasks.benchmarks import TableTask, _as_text, _concat_tables
+from metamod.tasks.benchmarks import TableTask, _concat_tables, as_text
 from metamod.tasks.math_values import boxed_contents
 from metamod.tasks.sources import Table, load_hub_table, read_table
 
@@ -55,7 +55,7 @@ def latex_gold(value: Any) -> str | None:
     >>> latex_gold(" $\\\\frac{3}{4}$ "), latex_gold(r"\\boxed{n+1}"), latex_gold("$$ $$"), latex_gold(None)
     ('\\\\frac{3}{4}', 'n+1', None, None)
     """
-    text = _as_text(value)
+    text = as_text(value)
     if text is None:
         return None
     match = _DOLLARS_RE.match(text)
@@ -73,7 +73,7 @@ def aime_gold(value: Any) -> str | None:
     >>> aime_gold("336^\\\\circ"), aime_gold(70), aime_gold(" 016 "), aime_gold("x+1"), aime_gold(None)
     ('336', '70', '16', None, None)
     """
-    text = _as_text(value)
+    text = as_text(value)
     if text is None:
         return None
     text = _DEGREES_RE.sub("", latex_gold(text) or "")
@@ -299,7 +299,7 @@ class OmniMathTask(SourcedTableTask):
         difficulty = self._difficulty(index)
         if difficulty is not None:
             example.meta["difficulty"] = difficulty
-        competition = _as_text(self._cell("source", index))
+        competition = as_text(self._cell("source", index))
         if competition is not None:
             example.meta["competition"] = competition
         return example
@@ -320,7 +320,7 @@ class _MiningTask(SourcedTableTask):
             return example
         if self.require_gold:
             return None
-        question = _as_text(self._table[self.question_column][index])
+        question = as_text(self._table[self.question_column][index])
         if question is None:
             return None
         split, row = self._row_origin(index)
@@ -383,7 +383,7 @@ class NuminaMathTask(_MiningTask):
     def _build(self, index: int) -> Example | None:
         example = super()._build(index)
         if example is not None and "source" in self._table:
-            origin = _as_text(self._table["source"][index])
+            origin = as_text(self._table["source"][index])
             if origin is not None:
                 example.meta["origin"] = origin
         return example

@@ -39,7 +39,7 @@ import re
 from typing import Any
 
 from metamod.tasks.base import Example
-from metamod.tasks.benchmarks import Table, TableTask, _as_text, letter_gold, yesno_gold
+from metamod.tasks.benchmarks import Table, TableTask, as_text, letter_gold, yesno_gold
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def _real(value: Any) -> float | None:
     if isinstance(value, int | float):
         number = float(value)
     else:
-        text = (_as_text(value) or "").replace(",", "")
+        text = (as_text(value) or "").replace(",", "")
         try:
             number = float(text)
         except ValueError:
@@ -83,7 +83,7 @@ def _real(value: Any) -> float | None:
 def _items(value: Any) -> list[Any] | None:
     if isinstance(value, list | tuple):
         return list(value)
-    text = _as_text(value)
+    text = as_text(value)
     if text is None or len(text) > _MAX_LIST_CHARS:
         return None
     try:
@@ -230,8 +230,8 @@ class TheoremQATask(TableTask):
 
     def _build(self, index: int) -> Example | None:
         table = self._table
-        question = _as_text(table[self.question_column][index])
-        answer_type = (_as_text(table[self.answer_type_column][index]) or "").lower()
+        question = as_text(table[self.question_column][index])
+        answer_type = (as_text(table[self.answer_type_column][index]) or "").lower()
         if question is None or answer_type not in ANSWER_TYPE_KINDS:
             return None
         gold = theoremqa_gold(table[self.answer_column][index], answer_type)
@@ -241,7 +241,7 @@ class TheoremQATask(TableTask):
         meta: dict[str, Any] = {"source": self.source, "split": split, "row": row, "answer_type": answer_type}
         for column in self.meta_columns:
             value = table[column][index] if column in table else None
-            if _as_text(value) is not None:
+            if as_text(value) is not None:
                 meta[column] = value
         if self._picture(index):
             meta["has_picture"] = True

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from metamod.tasks.base import Example
-from metamod.tasks.benchmarks import TableTask, _as_text
+from metamod.tasks.benchmarks import TableTask, as_text
 from metamod.tasks.code.extract import LiteralError, literal_repr, parse_args, parse_literal, positional_args
 from metamod.tasks.code.problem import CodeProblem, abduction_gold, deduction_gold, induction_gold
 from metamod.tasks.sources import Table, load_hub_table, read_table
@@ -80,7 +80,7 @@ def contest_day(value: Any) -> dt.date | None:
         return value.date()
     if isinstance(value, dt.date):
         return value
-    text = _as_text(value)
+    text = as_text(value)
     try:
         return dt.date.fromisoformat(text[:10]) if text else None
     except ValueError:
@@ -240,12 +240,12 @@ class CodeExecutionTask(TableTask):
     def _problem(self, index: int) -> tuple[CodeProblem, str] | None:
         """The visible problem and the gold of row ``index`` (``None`` when the row cannot be read)."""
         table = self._table
-        code = _as_text(table[self.code_column][index])
-        inp = _as_text(table[self.input_column][index])
-        out = _as_text(table[self.output_column][index])
+        code = as_text(table[self.code_column][index])
+        inp = as_text(table[self.input_column][index])
+        out = as_text(table[self.output_column][index])
         if code is None or inp is None or out is None:
             return None
-        entry = _as_text(table[self.entry_column][index]) if self.entry_column else None
+        entry = as_text(table[self.entry_column][index]) if self.entry_column else None
         call = _call_arguments(inp) if not _is_args(inp) else None
         if call is not None:  # LiveCodeBench writes the whole call: "name(a = 1, b = [2])"
             entry = entry or call[0]
@@ -360,7 +360,7 @@ class LiveCodeBenchOTask(CodeExecutionTask):
         return columns
 
     def _keep(self, index: int) -> bool:
-        return self.selection == "all" or _as_text(self._table[self.id_column][index]) in RHDA102_IDS
+        return self.selection == "all" or as_text(self._table[self.id_column][index]) in RHDA102_IDS
 
     def _load(self) -> tuple[Table, list[int]]:
         first = self._table is None
@@ -523,7 +523,7 @@ class InductionTask(TableTask):
     def _row_id(self, index: int) -> str:
         row = self._row(index)
         column = self.id_column or next((c for c in ("id", "idx", "index") if row.get(c) is not None), None)
-        value = _as_text(row.get(column)) if column else None
+        value = as_text(row.get(column)) if column else None
         if value is None:
             split, number = self._row_origin(index)
             return f"{self.name}-{split}-{number}"
