@@ -265,7 +265,7 @@ def test_physreason_hub_fetches_the_variant_zip(tmp_path, monkeypatch):
         fetched.append((repo_id, filename))
         return Path(archive)
 
-    monkeypatch.setattr(physreason, "_hub_file", fake_fetch)
+    monkeypatch.setattr(physreason, "hub_file", fake_fetch)
     task = load_task("physreason")
     assert fetched == []
     assert len(list(task.examples())) == 5
@@ -379,7 +379,7 @@ def test_camel_physics_reads_the_hub_zip_layout(tmp_path, monkeypatch):
     assert [ex.id for ex in local] == ["camel_physics-1_1_1", "camel_physics-1_2_1"]
     assert local[1].meta["topic"] == "Optics"
     fetched = []
-    monkeypatch.setattr(rb, "_hub_file", lambda repo_id, filename: fetched.append((repo_id, filename)) or archive)
+    monkeypatch.setattr(rb, "hub_file", lambda repo_id, filename: fetched.append((repo_id, filename)) or archive)
     assert len(list(load_task("camel_physics", limit=1).examples())) == 1
     assert fetched == [("camel-ai/physics", "physics.zip")]
 

@@ -128,7 +128,7 @@ class HashingEmbedder:
         Rows are cached per text (a text always embeds to the same row, so the cache changes nothing but time:
         memories re-embed the same questions and lessons every batch); at most :attr:`CACHE_SIZE` texts are kept.
         """
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         if not texts:
             return np.zeros((0, self.n_features), dtype=np.float32)
         new = list(dict.fromkeys(t for t in texts if t not in self._cache))
@@ -217,7 +217,7 @@ class SentenceTransformerEmbedder:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` (see :class:`Embedder`)."""
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         if not texts:
             dim = self._model.get_sentence_embedding_dimension() or 0
             return np.zeros((0, dim), dtype=np.float32)
@@ -456,7 +456,7 @@ def top_k_scores(scores: np.ndarray, k: int, *, min_score: float | None = None) 
     return out
 
 
-def _check_texts(texts: list[str]) -> list[str]:
+def check_texts(texts: list[str]) -> list[str]:
     if isinstance(texts, str):
         raise TypeError("embed() takes a list of texts, got a single str; wrap it in a list")
     texts = list(texts)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from metamod.memory.embed import DEFAULT_LM_MODEL, _check_texts, l2_normalise
+from metamod.memory.embed import DEFAULT_LM_MODEL, check_texts, l2_normalise
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class LMEmbedder:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` into ``(len(texts), dim)`` float32 rows of unit norm (an empty text gives a zero row)."""
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         new = [t for t in dict.fromkeys(texts) if t not in self._cache]

@@ -138,14 +138,14 @@ def _json_payload(text: str) -> Any:
     return None
 
 
-def _json_records(payload: Any) -> list[tuple[str, str]]:
+def json_records(payload: Any) -> list[tuple[str, str]]:
     """Raw ``(name, description)`` pairs from a JSON payload (a mapping, a list of mappings or of strings)."""
     if isinstance(payload, dict):
         for key in ("behaviours", "behaviors", "records", "items"):
             if isinstance(payload.get(key), list | dict):
-                return _json_records(payload[key])
+                return json_records(payload[key])
         if isinstance(payload.get("name"), str):
-            return _json_records([payload])
+            return json_records([payload])
         return [(str(k), v) for k, v in payload.items() if isinstance(v, str)]
     if not isinstance(payload, list):
         return []
@@ -213,7 +213,7 @@ def parse_behaviour_records(text: str | None, limit: int) -> list[Record]:
         return []
     try:
         payload = _json_payload(text)
-        raw = _json_records(payload) if payload is not None else []
+        raw = json_records(payload) if payload is not None else []
         if not raw:
             raw = _line_records(text)
         return _first_unique((_accept(str(name), str(description)) for name, description in raw), limit)

@@ -181,7 +181,7 @@ class TableTask:
             return read_table(self.data_files)
         if "+" in self.split:
             parts = [part.strip() for part in self.split.split("+")]
-            table, self._origin = _concat_tables(
+            table, self._origin = concat_tables(
                 [load_hub_table(self.hub_path, self.subset, part) for part in parts], parts
             )
             return table
@@ -278,10 +278,10 @@ class TableTask:
                 yield example
 
 
-def _concat_tables(tables: Sequence[Table], names: Sequence[str]) -> tuple[Table, list[tuple[str, int]]]:
+def concat_tables(tables: Sequence[Table], names: Sequence[str]) -> tuple[Table, list[tuple[str, int]]]:
     """Concatenate column tables (a column missing from one table is ``None`` there) and say where each row came from.
 
-    >>> table, origin = _concat_tables([{"q": ["a", "b"]}, {"q": ["c"], "x": [1]}], ["dev", "validation"])
+    >>> table, origin = concat_tables([{"q": ["a", "b"]}, {"q": ["c"], "x": [1]}], ["dev", "validation"])
     >>> table, origin
     ({'q': ['a', 'b', 'c'], 'x': [None, None, 1]}, [('dev', 0), ('dev', 1), ('validation', 0)])
     """

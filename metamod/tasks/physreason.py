@@ -16,7 +16,7 @@ from typing import Any
 from metamod.errors import InputError
 from metamod.tasks.base import Example
 from metamod.tasks.benchmarks import as_text
-from metamod.tasks.reasoning_benchmarks import SourcedTableTask, _hub_file, _json_records, latex_gold
+from metamod.tasks.reasoning_benchmarks import SourcedTableTask, hub_file, json_records, latex_gold
 from metamod.tasks.sources import Table, read_table
 
 logger = logging.getLogger(__name__)
@@ -198,13 +198,13 @@ class PhysReasonTask(SourcedTableTask):
 
     def _problems(self) -> list[tuple[str, dict[str, Any], bool]]:
         if self.data_files is None:
-            path = _hub_file(self.hub_path, PHYSREASON_FILES[self.variant])
+            path = hub_file(self.hub_path, PHYSREASON_FILES[self.variant])
         else:
             path = Path(self.data_files)
         if path.is_dir() or path.suffix.lower() == ".zip":
             if not path.exists():
                 raise FileNotFoundError(f"Data file not found: {path} (expected the zip or its unpacked folder)")
-            return _json_records(path, "/problem.json")
+            return json_records(path, "/problem.json")
         table = read_table(path)
         rows = max((len(values) for values in table.values()), default=0)
         ids = table.get("problem_id") or table.get("id") or [None] * rows

@@ -25,7 +25,7 @@ from typing import Any
 
 from metamod.errors import InputError
 from metamod.tasks.base import Example
-from metamod.tasks.benchmarks import TableTask, _concat_tables, as_text
+from metamod.tasks.benchmarks import TableTask, as_text, concat_tables
 from metamod.tasks.math_values import boxed_contents
 from metamod.tasks.sources import Table, load_hub_table, read_table
 
@@ -96,7 +96,7 @@ def _load_hub_columns(path: str, config: str | None, split: str, columns: Sequen
     return {column: list(dataset[column]) for column in keep} if keep else dict.fromkeys(dataset.column_names, [])
 
 
-def _hub_file(repo_id: str, filename: str) -> Path:
+def hub_file(repo_id: str, filename: str) -> Path:
     """Download one file of a hub dataset repository (or find it in the local cache)."""
     from huggingface_hub import hf_hub_download
 
@@ -110,7 +110,7 @@ def _hub_file(repo_id: str, filename: str) -> Path:
         ) from err
 
 
-def _json_records(path: Path, is_record: str) -> list[tuple[str, dict[str, Any], bool]]:
+def json_records(path: Path, is_record: str) -> list[tuple[str, dict[str, Any], bool]]:
     """``(name, record, has_images)`` for each JSON file of a zip archive or a folder tree, sorted by name.
 
     A file counts when its path ends with ``is_record`` (``"/problem.json"``: one record per problem folder, named
@@ -187,7 +187,7 @@ class AIME25Task(SourcedTableTask):
         configs = [part.strip() for part in self.subset.split("+")]
         if not all(configs):
             raise ValueError(f"aime25: subset {self.subset!r} has an empty part; join config names with '+'")
-        table, self._origin = _concat_tables(
+        table, self._origin = concat_tables(
             [load_hub_table(self.hub_path, config, self.split) for config in configs], configs
         )
         return table
@@ -434,11 +434,11 @@ class CamelPhysicsTask(_MiningTask):
         return last_boxed(value) if self.boxed_gold else None
 
     def _read_source(self) -> Table:
-        path = Path(self.data_files) if self.data_files is not None else _hub_file(self.hub_path, CAMEL_PHYSICS_FILE)
+        path = Path(self.data_files) if self.data_files is not None else hub_file(self.hub_path, CAMEL_PHYSICS_FILE)
         if path.is_dir() or path.suffix.lower() == ".zip":
             if not path.exists():
                 raise FileNotFoundError(f"Data file not found: {path} (expected physics.zip or its unpacked folder)")
-            records = _json_records(path, ".json")
+            records = json_records(path, ".json")
             columns = dict.fromkeys(key for _, record, _ in records for key in record)
             table: Table = {column: [record.get(column) for _, record, _ in records] for column in columns}
             table["id"] = [f"{self.name}-{stem}" for stem, _, _ in records]
