@@ -323,6 +323,7 @@ def _run_chunk(
         trace["simulated"] = simulated
     previous: list[list[str] | None] = [None] * len(chunk)
     grade_cache: dict[tuple, bool] = {}
+    chunk_tokens = 0  # for the progress bar until the chunk's traces are counted
     active = list(range(len(chunk)))
     for t in range(max_rounds):
         if not active:
@@ -353,7 +354,6 @@ def _run_chunk(
                 )
             for (d, agent, _), gen in zip(entries, generations, strict=True):
                 responses[(d, agent)] = gen
-        stats._grow(t)
         for d in active:
             ex = chunk[d].example
             round_responses, eta = [], 0
@@ -376,20 +376,12 @@ def _run_chunk(
                 }
                 if getattr(gen, "finish_reason", None) == TOO_LONG:  # not sent: metamod.llm.budget
                     response["prompt_too_long"] = True
-                    stats.too_long += 1
                 round_responses.append(response)
-                stats.responses += 1
-                stats.prompt_tokens += int(gen.prompt_tokens)
-                stats.completion_tokens += int(gen.completion_tokens)
-                stats.trimmed += int(trimmed)
-                stats.correct_by_round[t] += int(correct)
-                stats.responses_by_round[t] += 1
+                chunk_tokens += int(gen.prompt_tokens) + int(gen.completion_tokens)
             trace = traces[d]
             trace["rounds"].append({"round": t, "eta": eta, "responses": round_responses})
             trace["num_rounds"] = t + 1
             previous[d] = [r["text"] for r in round_responses]
-            stats.debate_rounds += 1
-            stats.eta.add((trace["id"], chunk[d].index), t, eta)
         stopped: set[int] = set()
         if stop_hook is not None:
             decisions = list(stop_hook(t, [traces[d] for d in active]))
@@ -402,12 +394,12 @@ def _run_chunk(
         active = [d for d in active if d not in stopped]
         if bar is not None:
             elapsed = max(time.perf_counter() - started, 1e-9)
-            bar.set_postfix(round=t, tok_s=f"{(stats.prompt_tokens + stats.completion_tokens) / elapsed:.0f}")
+            done = stats.prompt_tokens + stats.completion_tokens + chunk_tokens
+            bar.set_postfix(round=t, tok_s=f"{done / elapsed:.0f}")
     for trace in traces:
         if trace["stop_reason"] is None:
             trace["stop_reason"] = "max_rounds"
-        stats.questions += 1
-        stats.stop_reasons[trace["stop_reason"]] = stats.stop_reasons.get(trace["stop_reason"], 0) + 1
+        stats.add_trace(trace, grade_cache)  # the one way a trace is counted (a resumed file is counted the same)
     if bar is not None:
         bar.update(len(chunk))
     yield from traces

@@ -439,8 +439,8 @@ def export_adapter(
             Hub token.
         FileNotFoundError, FileExistsError, ValueError: see the checks in docs/export.md.
     """
-    from metamod.evaluate.results import load_results
-    from metamod.train.model_card import dataset_statistics
+    from metamod.evaluate.results import load_results, results_labels, results_simulated
+    from metamod.train.model_card import build_model_card, dataset_statistics
 
     merge = merge or merge_only
     # ---- validate everything before writing anything
@@ -477,11 +477,47 @@ def export_adapter(
     # ---- write into a hidden sibling folder, renamed to output_dir once complete; one exporter per output_dir
     with write_after_checks(lock, lambda: _check_output(output_dir, adapter_dir, overwrite)):
         _check_output(output_dir, adapter_dir, overwrite)  # another exporter may have finished meanwhile
-        _write_export(
-            output_dir, adapter_dir, adapter_config, base, base_model, card_base, card_base_is_local, merge,
-            merge_only, merge_dtype, train_config, config_path, train_summary, summary_path, results_path, results,
-            stats, repo_id, license,
-        )  # fmt: skip
+        staging = _staging_dir(output_dir)
+        try:
+            merged_dir = None
+            if merge:  # first: with merge_only the merged model needs the still-empty folder
+                merge_adapter(adapter_dir, base, staging if merge_only else staging / "merged", dtype=merge_dtype)
+                merged_dir = "." if merge_only else "merged"
+            if not merge_only:
+                _copy_adapter(adapter_dir, staging, card_base, override_base=base_model is not None)
+                _write_tokenizer(adapter_dir, base, staging)
+            for path, data in ((config_path, train_config), (summary_path, train_summary)):
+                if path is not None:
+                    _copy_training_file(path, data, staging / path.name)
+            if results_path:
+                shutil.copy2(results_path, staging / "results.json")
+            card = build_model_card(
+                base_model=card_base,
+                adapter_config=adapter_config,
+                train_config=train_config,
+                train_summary=train_summary,
+                dataset_stats=stats,
+                results=results,
+                results_are_simulated=bool(results_path and results_simulated(results_path)),
+                results_labels=results_labels(results_path) if results_path else None,
+                adapter_ref=repo_id or str(output_dir.resolve()),
+                repo_id=repo_id,
+                merged_dir=merged_dir,
+                merged_only=merge_only,
+                license=license,
+                base_is_local=card_base_is_local,
+            )
+            card.save(staging / "README.md")
+            secrets = find_secrets(staging, [_token_in_use()])
+            if secrets:
+                listed = ", ".join(f"{name} ({what})" for name, what in secrets)
+                raise ConfigError(
+                    f"the export of {adapter_dir} would hold a Hub token: {listed}; remove it from the source"
+                )
+            _publish(staging, output_dir)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     logger.info("Exported %s -> %s", adapter_dir, output_dir)
     return output_dir
 
@@ -495,58 +531,6 @@ def export_lock(output_dir: Path) -> FolderLock:
     """
     key = hashlib.sha256(os.path.abspath(output_dir).encode()).hexdigest()[:16]
     return FolderLock(Path(tempfile.gettempdir()), name=f"metamod-export-{key}.lock", label=str(output_dir))
-
-
-def _write_export(
-    output_dir, adapter_dir, adapter_config, base, base_model, card_base, card_base_is_local, merge, merge_only,
-    merge_dtype, train_config, config_path, train_summary, summary_path, results_path, results, stats, repo_id,
-    license,
-) -> None:  # fmt: skip
-    """Build the export in a hidden sibling folder and rename it to ``output_dir`` (see :func:`export_adapter`)."""
-    from metamod.evaluate.results import results_labels, results_simulated
-    from metamod.train.model_card import build_model_card
-
-    staging = _staging_dir(output_dir)
-    try:
-        merged_dir = None
-        if merge:  # first: with merge_only the merged model needs the still-empty folder
-            merge_adapter(adapter_dir, base, staging if merge_only else staging / "merged", dtype=merge_dtype)
-            merged_dir = "." if merge_only else "merged"
-        if not merge_only:
-            _copy_adapter(adapter_dir, staging, card_base, override_base=base_model is not None)
-            _write_tokenizer(adapter_dir, base, staging)
-        for path, data in ((config_path, train_config), (summary_path, train_summary)):
-            if path is not None:
-                _copy_training_file(path, data, staging / path.name)
-        if results_path:
-            shutil.copy2(results_path, staging / "results.json")
-        card = build_model_card(
-            base_model=card_base,
-            adapter_config=adapter_config,
-            train_config=train_config,
-            train_summary=train_summary,
-            dataset_stats=stats,
-            results=results,
-            results_are_simulated=bool(results_path and results_simulated(results_path)),
-            results_labels=results_labels(results_path) if results_path else None,
-            adapter_ref=repo_id or str(output_dir.resolve()),
-            repo_id=repo_id,
-            merged_dir=merged_dir,
-            merged_only=merge_only,
-            license=license,
-            base_is_local=card_base_is_local,
-        )
-        card.save(staging / "README.md")
-        secrets = find_secrets(staging, [_token_in_use()])
-        if secrets:
-            listed = ", ".join(f"{name} ({what})" for name, what in secrets)
-            raise ConfigError(
-                f"the export of {adapter_dir} would hold a Hub token: {listed}; remove it from the source"
-            )
-        _publish(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _token_in_use() -> str | None:

@@ -249,12 +249,9 @@ def _checked(outputs: list, requests: list, role: str) -> list:
     return outputs
 
 
-def _add_tokens(trace: dict, stats: MROStats, role: str, generation: Any) -> None:
-    prompt, completion = int(generation.prompt_tokens), int(generation.completion_tokens)
-    trace["tokens"][role]["prompt"] += prompt
-    trace["tokens"][role]["completion"] += completion
-    stats.tokens[role]["prompt"] += prompt
-    stats.tokens[role]["completion"] += completion
+def _add_tokens(trace: dict, role: str, generation: Any) -> None:
+    trace["tokens"][role]["prompt"] += int(generation.prompt_tokens)
+    trace["tokens"][role]["completion"] += int(generation.completion_tokens)
 
 
 def _run_chunk(
@@ -280,8 +277,6 @@ def _run_chunk(
     for k in range(1, budget + 1):
         if not active:
             break
-        while len(stats.actions_by_iteration) < k:
-            stats.actions_by_iteration.append(dict.fromkeys(ACTION_NAMES.values(), 0))
         final = k == budget
         # ---- Reasoner: one batched call
         reasoner_requests = [
@@ -365,13 +360,7 @@ def _run_chunk(
             trace["history"].append(record)
             trace["num_iterations"] = k
             for role, generation in (("reasoner", proposal), ("monitor", audit), ("controller", turn.generation)):
-                _add_tokens(trace, stats, role, generation)
-            stats._count("reasoner", reasoner_parse)
-            stats._count("monitor", report.parse)
-            stats._count("controller", decision.parse)
-            stats.iterations += 1
-            stats.eta.add((trace["id"], chunk[d].index), k - 1, int(correct[d]))
-            stats.actions_by_iteration[k - 1][decision.action_name] += 1
+                _add_tokens(trace, role, generation)
             if decision.action in (ACCEPT, PATCH):
                 trace["status"] = "accepted" if decision.action == ACCEPT else "corrected"
                 trace["final_answer"] = answer
@@ -385,9 +374,7 @@ def _run_chunk(
             trace["final_correct"] = int(grade(trace["final_answer"], d))
         active = still
     for trace in traces:
-        stats.questions += 1
-        stats.final_correct += trace["final_correct"]
-        stats.statuses[trace["status"]] = stats.statuses.get(trace["status"], 0) + 1
+        stats.add_trace(trace)  # the one way a trace is counted (a resumed file is counted the same)
     yield from traces
 
 
