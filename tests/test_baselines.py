@@ -15,22 +15,19 @@ import pytest
 from metamod.errors import ConfigError
 from metamod.evaluate.baselines import (
     DEFAULT_TRIGGERS,
-    META_REASONING_BASELINES,
     STRATEGIES,
-    TTPI,
-    MetaPrompting,
-    MetaReasoner,
-    TreeOfThought,
     lowest_perplexity,
     parse_meta_reply,
     parse_score,
     parse_strategy,
 )
 from metamod.evaluate.decision import LayerContext
+from metamod.evaluate.methods import build_method, method_spec
 from metamod.llm.base import Generation, SamplingConfig
 from metamod.prompts import get_template, render
 from metamod.tasks.base import Example
 
+META_REASONING = ["meta_prompting", "meta_reasoner", "tot", "ttpi"]
 QUESTIONS = [Example(id=f"q{i}", question=f"What is {i} + {i}?", gold=str(2 * i), kind="math") for i in range(1, 4)]
 PROMPT_TOKENS, COMPLETION_TOKENS = 11, 3
 
@@ -129,22 +126,23 @@ def _question_of(conversation) -> str:
 
 
 def test_registry_and_common_contract():
-    assert sorted(META_REASONING_BASELINES) == ["meta_prompting", "meta_reasoner", "tot", "ttpi"]
-    for name, cls in META_REASONING_BASELINES.items():
-        assert cls.name == name and cls.family == "single" and cls.label
+    for name in META_REASONING:
+        spec = method_spec(name)
+        assert spec.name == name and spec.loop == "single" and spec.label and not spec.replays_debates
+        assert spec.runner.startswith("metamod.evaluate.baselines.")
 
 
-@pytest.mark.parametrize("method", sorted(META_REASONING_BASELINES))
+@pytest.mark.parametrize("method", META_REASONING)
 def test_simulated_world_is_a_config_error(method):
     with pytest.raises(ConfigError, match=f"method '{method}' needs an LLM agent"):
-        META_REASONING_BASELINES[method](LayerContext(max_rounds=1, simulated_agent=object()))
+        build_method(method, LayerContext(max_rounds=1, simulated_agent=object()))
 
 
-@pytest.mark.parametrize("method", sorted(META_REASONING_BASELINES))
+@pytest.mark.parametrize("method", META_REASONING)
 def test_unknown_option_names_the_method_the_keys_and_the_valid_ones(method):
     ctx = _ctx(FakeAgent(lambda c, j, s: "x"), method_options={method: {"bogus": 1, "also_bad": 2}})
     with pytest.raises(ConfigError) as err:
-        META_REASONING_BASELINES[method](ctx)
+        build_method(method, ctx)
     message = str(err.value)
     assert f"method_options[{method!r}]" in message and "['also_bad', 'bogus']" in message
     assert "valid settings: [" in message and "\n" not in message
@@ -161,7 +159,7 @@ def test_unknown_option_names_the_method_the_keys_and_the_valid_ones(method):
 )
 def test_bad_option_values_are_config_errors(method, options, match):
     with pytest.raises(ConfigError, match=match):
-        META_REASONING_BASELINES[method](_ctx(FakeAgent(lambda c, j, s: "x"), method_options={method: options}))
+        build_method(method, _ctx(FakeAgent(lambda c, j, s: "x"), method_options={method: options}))
 
 
 # ---------------------------------------------------------------------------------------------- ToT
@@ -191,7 +189,7 @@ def test_parse_score(text, score):
 
 def test_tot_paper_settings_batching_and_tokens():
     agent = FakeAgent(lambda c, j, s: "<score>5</score>" if kind_of(c) == "tot_evaluate" else f"step {j}")
-    outcomes = TreeOfThought(_ctx(agent)).run(QUESTIONS[:2])
+    outcomes = build_method("tot", _ctx(agent)).run(QUESTIONS[:2])
     # generate (2 roots x n=5), score 10, expand the 2 kept per question (4 x n=5), score 20
     assert agent.shape() == [(2, 5), (10, 1), (4, 5), (20, 1)]
     assert agent.kinds() == [{"tot_step"}, {"tot_evaluate"}, {"tot_finish"}, {"tot_evaluate"}]
@@ -221,7 +219,7 @@ def test_tot_ranks_by_self_evaluation_and_parse_fallback():
         return "<score>8</score>" if "<answer>34</answer>" in text or "<answer>12</answer>" in text else "junk"
 
     agent = FakeAgent(respond)
-    [out] = TreeOfThought(_ctx(agent)).run(QUESTIONS[:1])
+    [out] = build_method("tot", _ctx(agent)).run(QUESTIONS[:1])
     first, second = out.details["levels"]
     assert first["scores"] == [3.0, 9.0, 0.0, 9.0, 7.0] and first["kept"] == [1, 3]  # tie 1/3: the earlier first
     finish_prompts = [c[0]["content"] for c in agent.calls[2][0]]
@@ -243,7 +241,7 @@ def test_tot_terminal_thought_is_a_leaf_not_expanded():
         return "<score>9</score>" if "<answer>2</answer>" in conv[0]["content"] else "<score>4</score>"
 
     agent = FakeAgent(respond)
-    [out] = TreeOfThought(_ctx(agent)).run(QUESTIONS[:1])
+    [out] = build_method("tot", _ctx(agent)).run(QUESTIONS[:1])
     assert out.details["levels"][0]["kept"] == [0, 1] and out.details["levels"][0]["terminal"] == [0]
     assert agent.shape() == [(1, 5), (5, 1), (1, 5), (5, 1)]  # only the non-terminal kept node is expanded
     assert out.answer == "2" and out.details["best"]["level"] == 1
@@ -258,7 +256,7 @@ def test_tot_depth_option_and_memory_guidance():
 
     agent = FakeAgent(lambda c, j, s: "<score>5</score>" if kind_of(c) == "tot_evaluate" else f"step {j}")
     ctx = _ctx(agent, memory=Memory(), method_options={"tot": {"candidates": 3, "keep": 1, "depth": 3}})
-    TreeOfThought(ctx).run(QUESTIONS[:2])
+    build_method("tot", ctx).run(QUESTIONS[:2])
     assert agent.shape() == [(2, 3), (6, 1), (2, 3), (6, 1), (2, 3), (6, 1)]
     assert agent.kinds()[2] == {"tot_next_step"} and agent.kinds()[4] == {"tot_finish"}
     assert all(c[0]["content"].startswith("Guidance from earlier") for c in agent.calls[0][0])
@@ -290,7 +288,7 @@ def test_meta_prompting_fresh_eyes_and_history():
         return "The expert is right: <answer>4</answer>"
 
     agent = FakeAgent(respond)
-    outcomes = MetaPrompting(_ctx(agent)).run(QUESTIONS[:2])
+    outcomes = build_method("meta_prompting", _ctx(agent)).run(QUESTIONS[:2])
     assert agent.shape() == [(2, 1), (2, 1), (2, 1)]  # meta, experts, meta
     assert agent.kinds() == [{"meta_prompting_meta"}, {"expert"}, {"meta_prompting_expert_reply"}]
     for i, conv in enumerate(agent.calls[1][0]):
@@ -331,7 +329,9 @@ def test_meta_prompting_error_messages_and_budget():
         return "Hmm, let me think more."  # neither an expert call nor an answer
 
     agent = FakeAgent(respond)
-    outcomes = MetaPrompting(_ctx(agent, method_options={"meta_prompting": {"max_rounds": 3}})).run(QUESTIONS)
+    outcomes = build_method("meta_prompting", _ctx(agent, method_options={"meta_prompting": {"max_rounds": 3}})).run(
+        QUESTIONS
+    )
     # round 1: 3 meta calls, 1 expert; rounds 2-3: the two unfinished questions only
     assert agent.shape() == [(3, 1), (1, 1), (2, 1), (2, 1)]
     last = {_question_of(c): c for c in agent.calls[-1][0]}
@@ -353,7 +353,7 @@ def test_meta_prompting_stops_when_the_history_outgrows_the_context():
     agent = FakeAgent(lambda c, j, s: "thinking")
     agent.context_length = PROMPT_TOKENS + 512  # room for exactly one call of max_tokens=512
     agent.count_tokens = lambda conv: PROMPT_TOKENS * len(conv)
-    [out] = MetaPrompting(_ctx(agent)).run(QUESTIONS[:1])
+    [out] = build_method("meta_prompting", _ctx(agent)).run(QUESTIONS[:1])
     assert agent.shape() == [(1, 1)] and out.details["stop"] == "context" and out.answer is None
 
 
@@ -415,7 +415,7 @@ STRATEGY_CALLS = {  # the calls after the selection call: (conversations, n) and
 def test_meta_reasoner_dispatches_each_strategy(key):
     assert set(STRATEGY_CALLS) == set(STRATEGIES) and len(STRATEGIES) == 7
     agent = _reasoner_agent({"What is 1 + 1?": f"<strategy>{key}</strategy>"})
-    [out] = MetaReasoner(_ctx(agent, sc_samples=4)).run(QUESTIONS[:1])
+    [out] = build_method("meta_reasoner", _ctx(agent, sc_samples=4)).run(QUESTIONS[:1])
     shapes, kinds = STRATEGY_CALLS[key]
     assert agent.shape() == [(1, 1), *shapes] and agent.kinds() == [{"meta_reasoner_select"}, *kinds]
     assert agent.calls[0][1].max_tokens == 64
@@ -436,7 +436,7 @@ def test_meta_reasoner_batches_groups_and_falls_back_to_cot():
         "What is 3 + 3?": "<strategy>cot_sc</strategy>",
     }
     agent = _reasoner_agent(choices)
-    outcomes = MetaReasoner(_ctx(agent, sc_samples=2)).run(QUESTIONS)
+    outcomes = build_method("meta_reasoner", _ctx(agent, sc_samples=2)).run(QUESTIONS)
     # selection over all 3; the two single-prompt strategies share ONE call; CoT-SC runs once on its question
     assert agent.shape() == [(3, 1), (2, 1), (1, 2)]
     assert agent.kinds() == [{"meta_reasoner_select"}, {"meta_reasoner_analogical", "single_cot"}, {"single_cot"}]
@@ -449,7 +449,7 @@ def test_meta_reasoner_batches_groups_and_falls_back_to_cot():
 def test_meta_reasoner_tot_uses_the_tot_settings():
     agent = _reasoner_agent({"What is 1 + 1?": "<strategy>tot</strategy>"})
     ctx = _ctx(agent, method_options={"tot": {"candidates": 2, "keep": 1}})
-    MetaReasoner(ctx).run(QUESTIONS[:1])
+    build_method("meta_reasoner", ctx).run(QUESTIONS[:1])
     assert agent.shape() == [(1, 1), (1, 2), (2, 1), (1, 2), (2, 1)]
 
 
@@ -477,7 +477,7 @@ def _ttpi_agent(answer_at_stage: int | None, *, logprobs: bool = True) -> FakeAg
 
 def test_ttpi_keeps_the_lowest_perplexity_branch_in_one_call_per_stage():
     agent = _ttpi_agent(answer_at_stage=3)
-    outcomes = TTPI(_ctx(agent)).run(QUESTIONS[:2])
+    outcomes = build_method("ttpi", _ctx(agent)).run(QUESTIONS[:2])
     assert agent.shape() == [(2, 1), (8, 1), (8, 1)]  # stage 1, then 2 questions x 4 triggers per stage
     first, *branching = [s for _, s in agent.calls]
     assert first.logprobs is False and first.stop == ["\n\n"] and first.max_tokens == 128
@@ -495,7 +495,9 @@ def test_ttpi_keeps_the_lowest_perplexity_branch_in_one_call_per_stage():
 
 def test_ttpi_budget_then_final_answer_once():
     agent = _ttpi_agent(answer_at_stage=None)
-    outcomes = TTPI(_ctx(agent, method_options={"ttpi": {"max_stages": 3, "stage_max_tokens": 16}})).run(QUESTIONS[:2])
+    outcomes = build_method(
+        "ttpi", _ctx(agent, method_options={"ttpi": {"max_stages": 3, "stage_max_tokens": 16}})
+    ).run(QUESTIONS[:2])
     assert agent.shape() == [(2, 1), (8, 1), (8, 1), (2, 1)]
     assert agent.kinds()[-1] == {"ttpi_final"} and agent.calls[-1][1].logprobs is False
     assert all(o.answer == "99" and o.details["forced_final"] for o in outcomes)
@@ -505,7 +507,7 @@ def test_ttpi_budget_then_final_answer_once():
 def test_ttpi_without_logprobs_is_a_one_line_error_naming_the_backend():
     agent = _ttpi_agent(answer_at_stage=None, logprobs=False)
     with pytest.raises(ConfigError, match=r"'ttpi' needs per-token log-probs, but backend 'fake-backend'") as err:
-        TTPI(_ctx(agent)).run(QUESTIONS[:1])
+        build_method("ttpi", _ctx(agent)).run(QUESTIONS[:1])
     assert "\n" not in str(err.value)
 
 
@@ -517,7 +519,7 @@ def test_lowest_perplexity_ignores_empty_branches():
 def test_ttpi_custom_triggers():
     agent = FakeAgent(lambda c, j, s: "<answer>1</answer>" if len(c) > 1 else "start")
     ctx = _ctx(agent, method_options={"ttpi": {"triggers": {"a": "Alpha", "b": "Beta"}}})
-    [out] = TTPI(ctx).run(QUESTIONS[:1])
+    [out] = build_method("ttpi", ctx).run(QUESTIONS[:1])
     assert agent.shape() == [(1, 1), (2, 1)] and out.answer == "1" and out.details["stages"][0]["chosen"] == "a"
 
 
@@ -539,7 +541,7 @@ TINY_OPTIONS = {
 }
 
 
-@pytest.mark.parametrize("method", sorted(META_REASONING_BASELINES))
+@pytest.mark.parametrize("method", META_REASONING)
 def test_each_baseline_runs_on_the_tiny_model(method, tiny_agent):
     if method == "ttpi":
         probe = tiny_agent.chat([[{"role": "user", "content": "Hi"}]], SamplingConfig(max_tokens=2, logprobs=True))
@@ -552,7 +554,7 @@ def test_each_baseline_runs_on_the_tiny_model(method, tiny_agent):
         sc_samples=2,
         method_options={method: TINY_OPTIONS[method]},
     )
-    outcomes = META_REASONING_BASELINES[method](ctx).run(QUESTIONS[:2])
+    outcomes = build_method(method, ctx).run(QUESTIONS[:2])
     assert len(outcomes) == 2
     for o in outcomes:
         assert o.prompt_tokens > 0 and o.completion_tokens > 0 and o.texts and o.details

@@ -323,14 +323,26 @@ def test_online_records_can_come_from_the_reflection():
 # ------------------------------------------------------------------ one encoder per evaluation
 def _row_memories(memory_options: dict) -> dict:
     """Every row of the BC table with a memory, built from one shared memory_options as `metamod eval` does."""
-    from metamod.evaluate.cheatsheet_methods import ROWS
     from metamod.memory import MemoryConfig
     from metamod.memory.registry import build_memory_from_config
 
     config = MemoryConfig(memory_options=memory_options)
     return {
-        row: build_memory_from_config(config, name=name, defaults=defaults, llm=ScriptedMiner())
-        for row, (_label, name, defaults) in ROWS.items()
+        row: build_memory_from_config(
+            config, name=spec.memory, defaults=dict(spec.memory_defaults), llm=ScriptedMiner()
+        )
+        for row, spec in _bc_rows().items()
+    }
+
+
+def _bc_rows() -> dict:
+    """The Bayesian Cheatsheet's rows of the method table: chain of thought with a behaviour memory of their own."""
+    from metamod.evaluate.methods import METHODS
+
+    return {
+        n: s
+        for n, s in METHODS.items()
+        if s.memory in ("cheatsheet", "dc", "ace") and s.runner.endswith(":SingleAgentMethod")
     }
 
 
@@ -395,7 +407,6 @@ def _config(*parts: str):
 
 def test_paper_eval_config_runs_every_row_in_one_granite_space_in_table_order():
     from metamod.config import parse_config
-    from metamod.evaluate.cheatsheet_methods import ROWS
     from metamod.evaluate.config import EvalConfig
     from metamod.evaluate.memories import own_memory
     from metamod.memory import MemoryConfig
@@ -408,8 +419,9 @@ def test_paper_eval_config_runs_every_row_in_one_granite_space_in_table_order():
               "kmeans_soft_online", "kmeans_soft_refit", "dc_cu_static", "dc_cu", "dc_rs", "ace",
               "bc_static", "bc_centroids", "bc_online", "bc_refit"]  # fmt: skip
     assert [m for m in config.methods if m in table1] == table1
-    assert set(config.methods) == {"single_cot", *ROWS}  # every row of the BC table, nothing else
-    assert all("embedder" not in defaults and "embedder_model" not in defaults for _l, _n, defaults in ROWS.values())
+    rows = _bc_rows()
+    assert len(rows) == 21 and set(config.methods) == {"single_cot", *rows}  # every row of the BC table, nothing else
+    assert all("embedder" not in s.memory_defaults and "embedder_model" not in s.memory_defaults for s in rows.values())
     for method in config.methods[1:]:
         name, defaults = own_memory(method)
         options = parse_memory_options(name, memory.options_for(name, defaults))

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
 
 from metamod.config import ConfigError
-from metamod.evaluate.code_baselines import (
-    CODE_BASELINE_METHODS,
-    RHDA,
-    ChainOfCode,
-    CodeCoT,
-    run_program,
-)
+from metamod.evaluate.code_baselines import run_program
+from metamod.evaluate.methods import build_method
 from metamod.llm.base import Generation, SamplingConfig
 from metamod.prompts import render
 from metamod.rollout.coding.agents import problem_prompt
@@ -26,6 +22,8 @@ from metamod.tasks.code.grading import abduction_gold, deduction_gold, grade_cod
 pytestmark = pytest.mark.skipif(not capabilities().namespaces, reason="the sandbox needs user + network namespaces")
 
 ADD_ONE = "def f(x):\n    return x + 1"
+
+CODE_BASELINES = ("chain_of_code", "cot", "rhda")
 
 
 def deduction(qid: str = "d1", x: int = 3, level: int = 1) -> Example:
@@ -140,7 +138,7 @@ def test_cot_is_one_batched_call_with_the_problem_in_each_prompt():
 
     by_id = {ex.id: ex for ex in examples}
     ctx, llm = llm_context(reply)
-    outcomes = CodeCoT(ctx).run(examples)
+    outcomes = build_method("cot", ctx).run(examples)
     assert len(llm.calls) == 1 and len(llm.calls[0]) == 3
     assert all("one step at a time" in c[0]["content"] for c in llm.calls[0])
     assert [o.answer for o in outcomes] == ["4", "3", "def f(x):\n    return x * 2"]
@@ -151,7 +149,7 @@ def test_cot_is_one_batched_call_with_the_problem_in_each_prompt():
 
 def test_cot_malformed_output_gives_no_answer():
     ctx, _ = llm_context(lambda conv: "Let me think about this step by step. First I look at")
-    [outcome] = CodeCoT(ctx).run([deduction()])
+    [outcome] = build_method("cot", ctx).run([deduction()])
     assert outcome.answer is None and outcome.answers == [None]
     assert outcome.details == {"cot": {"parsed": False}}
 
@@ -161,7 +159,7 @@ def test_cot_malformed_output_gives_no_answer():
 
 def test_coc_execution_path_needs_no_second_call():
     ctx, llm = llm_context(lambda conv: fenced("x = 3\nfor _ in range(1):\n    x = x + 1\nanswer = x"))
-    [outcome] = ChainOfCode(ctx).run([deduction()])
+    [outcome] = build_method("chain_of_code", ctx).run([deduction()])
     assert len(llm.calls) == 1
     assert "named answer" in " ".join(llm.calls[0][0][0]["content"].split())
     assert "NOT defined" in llm.calls[0][0][0]["content"]
@@ -182,7 +180,7 @@ def test_coc_emulates_a_program_that_raises_and_batches_only_those():
         return "Carrying on: the helper would say yes, so answer = 4.\n<answer>4</answer>"
 
     ctx, llm = llm_context(reply)
-    outcomes = ChainOfCode(ctx).run([deduction("d1", 3), deduction("d2", 5)])
+    outcomes = build_method("chain_of_code", ctx).run([deduction("d1", 3), deduction("d2", 5)])
     assert [len(call) for call in llm.calls] == [2, 1]
     prompt = last_user(llm.calls[1][0])
     assert "NameError" in prompt and "seems_plausible" in prompt and "line 3" in prompt
@@ -201,14 +199,14 @@ def test_coc_problem_function_is_hidden_unless_exposed(expose, source):
         return fenced("answer = f(3)") if len(conv) == 1 else "<answer>4</answer>"
 
     ctx, llm = llm_context(reply, chain_of_code={"expose_function": expose})
-    [outcome] = ChainOfCode(ctx).run([deduction()])
+    [outcome] = build_method("chain_of_code", ctx).run([deduction()])
     assert outcome.answer == "4" and outcome.details["chain_of_code"]["source"] == source
     assert ("already defined" in llm.calls[0][0][0]["content"]) is expose
 
 
 def test_coc_retyped_function_is_executed():
     ctx, _ = llm_context(lambda conv: fenced(ADD_ONE + "\n\nanswer = f(3)"))
-    [outcome] = ChainOfCode(ctx).run([deduction()])
+    [outcome] = build_method("chain_of_code", ctx).run([deduction()])
     assert outcome.answer == "4" and outcome.details["chain_of_code"]["executed"]
 
 
@@ -225,7 +223,7 @@ def test_coc_missing_answer_variable_is_emulated():
         return fenced("print(3 + 1)") if len(conv) == 1 else "<answer>4</answer>"
 
     ctx, llm = llm_context(reply)
-    [outcome] = ChainOfCode(ctx).run([deduction()])
+    [outcome] = build_method("chain_of_code", ctx).run([deduction()])
     prompt = last_user(llm.calls[1][0])
     assert "no variable named answer" in prompt and "4" in prompt
     assert outcome.answer == "4" and outcome.details["chain_of_code"]["emulated"]
@@ -242,7 +240,7 @@ def test_coc_induction_answer_is_the_program_and_a_broken_helper_is_repaired():
 
     examples = [induction("i1"), induction("i2")]
     ctx, llm = llm_context(reply)
-    outcomes = ChainOfCode(ctx).run(examples)
+    outcomes = build_method("chain_of_code", ctx).run(examples)
     assert [len(call) for call in llm.calls] == [2, 1]
     assert outcomes[0].answer == good and outcomes[0].details["chain_of_code"]["source"] == "execution"
     repair = last_user(llm.calls[1][0])
@@ -256,7 +254,7 @@ def test_coc_timeout_is_emulated():
         return fenced("while True:\n    pass") if len(conv) == 1 else "<answer>4</answer>"
 
     ctx, llm = llm_context(reply, chain_of_code={"timeout_s": 1.0})
-    [outcome] = ChainOfCode(ctx).run([deduction()])
+    [outcome] = build_method("chain_of_code", ctx).run([deduction()])
     assert "timeout" in last_user(llm.calls[1][0])
     assert outcome.answer == "4"
 
@@ -270,10 +268,10 @@ def test_coc_printed_lines_cannot_pose_as_the_result():
 
 def test_coc_without_a_program_reads_the_prose_or_gives_none():
     ctx, llm = llm_context(lambda conv: "No code needed: <answer>4</answer>")
-    [outcome] = ChainOfCode(ctx).run([deduction()])
+    [outcome] = build_method("chain_of_code", ctx).run([deduction()])
     assert outcome.answer == "4" and outcome.details["chain_of_code"]["source"] == "text" and len(llm.calls) == 1
     ctx, llm = llm_context(lambda conv: "Let me think about this step by step. First I look at")
-    [outcome] = ChainOfCode(ctx).run([deduction()])
+    [outcome] = build_method("chain_of_code", ctx).run([deduction()])
     assert outcome.answer is None and outcome.details["chain_of_code"]["source"] == "none"
 
 
@@ -300,7 +298,7 @@ PLUS_ONE = "```python\ndef f(x):\n    return x + 1\n```"
 def test_rhda_stops_when_the_check_passes_and_feeds_back_failures():
     examples = [induction("i1"), induction("i2")]
     ctx, llm = llm_context(rhda_reply({"i1": [DOUBLE], "i2": [PLUS_ONE, DOUBLE]}))
-    outcomes = RHDA(ctx).run(examples)
+    outcomes = build_method("rhda", ctx).run(examples)
     assert [len(call) for call in llm.calls] == [2, 2, 1, 1]  # hypothesis, translate; then only i2 again
     amend = last_user(llm.calls[2][0])
     assert render("marco_feedback_fail") in amend and "amended hypothesis" in amend
@@ -315,7 +313,7 @@ def test_rhda_rich_feedback_names_the_failed_check_and_budget_ends_the_loop():
     ctx, llm = llm_context(
         rhda_reply({"i1": [PLUS_ONE, PLUS_ONE, PLUS_ONE]}), rhda={"feedback": "rich", "iterations": 3}
     )
-    [outcome] = RHDA(ctx).run([induction("i1")])
+    [outcome] = build_method("rhda", ctx).run([induction("i1")])
     assert len(llm.calls) == 6
     amend = last_user(llm.calls[2][0])
     assert "checks passed" in amend and "f(3)" in amend
@@ -325,7 +323,7 @@ def test_rhda_rich_feedback_names_the_failed_check_and_budget_ends_the_loop():
 
 def test_rhda_malformed_translation_is_no_answer_and_is_retried():
     ctx, llm = llm_context(rhda_reply({"i1": ["I am not sure.", DOUBLE]}))
-    [outcome] = RHDA(ctx).run([induction("i1")])
+    [outcome] = build_method("rhda", ctx).run([induction("i1")])
     assert outcome.answers[0] is None and outcome.details["rhda"]["parsed"] == [False, True]
     assert outcome.details["rhda"]["passed"] == [False, True]
 
@@ -333,7 +331,7 @@ def test_rhda_malformed_translation_is_no_answer_and_is_retried():
 def test_rhda_prompts_carry_the_problem():
     ex = deduction()
     ctx, llm = llm_context(lambda conv: "1. add one" if len(conv) == 1 else "<answer>4</answer>")
-    [outcome] = RHDA(ctx).run([ex])
+    [outcome] = build_method("rhda", ctx).run([ex])
     assert problem_prompt(ex) in llm.calls[0][0][0]["content"]
     assert "Do not answer yet" in llm.calls[0][0][0]["content"]
     assert outcome.answer == "4" and outcome.details["rhda"]["iterations"] == 1  # format check passes
@@ -350,9 +348,9 @@ def sim_examples():
     )
 
 
-@pytest.mark.parametrize("name", sorted(CODE_BASELINE_METHODS))
+@pytest.mark.parametrize("name", CODE_BASELINES)
 def test_simulated_runs_are_deterministic_and_independent_of_batching(name):
-    cls = CODE_BASELINE_METHODS[name]
+    cls = functools.partial(build_method, name)
     examples = sim_examples()
     first = cls(sim_context(code_sim_seed=3)).run(examples)
     again = cls(sim_context(code_sim_seed=3)).run(examples[:5]) + cls(sim_context(code_sim_seed=3)).run(examples[5:])
@@ -361,7 +359,9 @@ def test_simulated_runs_are_deterministic_and_independent_of_batching(name):
 
 def test_simulated_chain_of_code_uses_both_paths_and_is_right_when_the_coder_is():
     examples = sim_examples() + [deduction(f"x{i}", i + 10) for i in range(8)]
-    outcomes = ChainOfCode(sim_context(accuracy=0.999, garble_prob=0.0, question_sd=0.0)).run(examples)
+    outcomes = build_method("chain_of_code", sim_context(accuracy=0.999, garble_prob=0.0, question_sd=0.0)).run(
+        examples
+    )
     sources = {o.details["chain_of_code"]["source"] for o in outcomes}
     assert sources == {"execution", "emulation"}
     assert all(grade_code(o.answer, ex.gold, ex.kind).correct for o, ex in zip(outcomes, examples, strict=True))
@@ -372,28 +372,28 @@ def test_no_agent_and_bad_options_are_config_errors():
         agent=None, agent_sampling=SamplingConfig(), seed=0, memory=None, method_options={}, code_simulation=None
     )
     with pytest.raises(ConfigError, match="needs an agent"):
-        CodeCoT(ctx)
+        build_method("cot", ctx)
     with pytest.raises(ConfigError, match="feedback must be one of"):
-        RHDA(llm_context(lambda c: "", rhda={"feedback": "verbose"})[0])
+        build_method("rhda", llm_context(lambda c: "", rhda={"feedback": "verbose"})[0])
     with pytest.raises(ConfigError, match="unknown setting"):
-        ChainOfCode(llm_context(lambda c: "", chain_of_code={"iterations": 2})[0])
+        build_method("chain_of_code", llm_context(lambda c: "", chain_of_code={"iterations": 2})[0])
 
 
 class FakeMemory:
     def guidance(self, request):
         from metamod.memory.base import Guidance
 
-        assert request.role == "single" and request.method in CODE_BASELINE_METHODS
+        assert request.role == "single" and request.method in CODE_BASELINES
         # two items, three bullet lines: the count is the memory's item ids, not the prompt's "- " lines
         text = "- Trace loops one iteration at a time.\n- Check types first.\n  - e.g. int vs str"
         return Guidance(text=text, item_ids=("L1", "L2"))
 
 
-@pytest.mark.parametrize("name", sorted(CODE_BASELINE_METHODS))
+@pytest.mark.parametrize("name", CODE_BASELINES)
 def test_memory_guidance_goes_into_the_first_prompt_only(name):
     ctx, llm = llm_context(lambda conv: "1. add one" if len(conv) == 1 and name == "rhda" else "<answer>4</answer>")
     ctx.memory = FakeMemory()
-    method = CODE_BASELINE_METHODS[name](ctx)
+    method = build_method(name, ctx)
     seen = []
     chat = method.agent.chat
     method.agent.chat = lambda convs, turns, **kw: seen.extend(turns) or chat(convs, turns, **kw)
@@ -404,7 +404,7 @@ def test_memory_guidance_goes_into_the_first_prompt_only(name):
     assert all("Guidance from" not in m["content"] for call in llm.calls for m in call[0][1:])
 
 
-@pytest.mark.parametrize("name", sorted(CODE_BASELINE_METHODS))
+@pytest.mark.parametrize("name", CODE_BASELINES)
 def test_synthetic_code_problems_end_to_end_with_a_sure_simulated_coder(name):
     from metamod.tasks.synthetic_code import SyntheticCodeTask
 
@@ -414,7 +414,7 @@ def test_synthetic_code_problems_end_to_end_with_a_sure_simulated_coder(name):
         for ex in SyntheticCodeTask(subtask=subtask, levels=[1, 3], num_examples=3, seed=5).examples()
     ] + list(SyntheticCodeTask(subtask="induction", language="robustfill", num_examples=1, seed=5).examples())
     ctx = sim_context(accuracy=0.999, garble_prob=0.0, question_sd=0.0, level_slope=0.0)
-    outcomes = CODE_BASELINE_METHODS[name](ctx).run(examples)
+    outcomes = build_method(name, ctx).run(examples)
     grades = [grade_code(o.answer, ex.gold, ex.kind) for o, ex in zip(outcomes, examples, strict=True)]
     assert all(g.correct for g in grades), [
         (ex.id, o.answer, g) for o, ex, g in zip(outcomes, examples, grades, strict=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from metamod.evaluate.decision import DEBATE_LAYERS, DECISION_LAYERS, LayerContext, build_layer, final_answer
+from metamod.evaluate.decision import LayerContext, final_answer
+from metamod.evaluate.methods import METHODS, build_method
 from metamod.evaluate.metrics import method_metrics
 from metamod.evaluate.replay import replay
 from metamod.llm.base import Generation, SamplingConfig
@@ -84,14 +85,16 @@ def _by_id(records):
 
 
 def test_registry_lists_every_method_and_unknown_fails():
-    assert set(DEBATE_LAYERS) <= set(DECISION_LAYERS)
-    assert {"single_naive", "single_cot", "single_reflection", "single_cot_sc"} <= set(DECISION_LAYERS)
+    debate = {name for name, spec in METHODS.items() if spec.replays_debates}
+    assert debate == {"majority_vote", "consensus", "judge", "moderator_prompted", "moderator", "adjudication_only",
+                      "stopping_only"}  # fmt: skip
+    assert {"single_naive", "single_cot", "single_reflection", "single_cot_sc"} <= set(METHODS) - debate
     with pytest.raises(KeyError, match="Valid names: .*majority_vote"):
-        build_layer("majority", LayerContext(max_rounds=3))
+        build_method("majority", LayerContext(max_rounds=3))
 
 
 def test_majority_vote_uses_last_round_and_seeded_ties():
-    out = _by_id(replay(build_layer("majority_vote", LayerContext(max_rounds=3, seed=0)), TRACES))
+    out = _by_id(replay(build_method("majority_vote", LayerContext(max_rounds=3, seed=0)), TRACES))
     assert all(r["rounds"] == 3 for r in out.values())
     assert out["agree"]["final_answer"] == "7"
     assert out["late"]["final_answer"] in {"7", "6"}
@@ -120,7 +123,7 @@ def test_majority_vote_normalises_answers():
 
 
 def test_consensus_stops_at_first_agreement():
-    out = _by_id(replay(build_layer("consensus", LayerContext(max_rounds=3)), TRACES))
+    out = _by_id(replay(build_method("consensus", LayerContext(max_rounds=3)), TRACES))
     assert out["agree"]["rounds"] == 1 and out["agree"]["final_answer"] == "7"
     assert out["never"]["rounds"] == 1 and out["never"]["final_answer"] == "5"
     assert out["late"]["rounds"] == 3
@@ -131,7 +134,7 @@ def test_consensus_stops_at_first_agreement():
 
 def test_judge_reads_last_round_with_one_batched_call():
     judge = ScriptedGenerator(lambda text: "The agents argue well. <answer>7</answer>")
-    layer = build_layer("judge", LayerContext(max_rounds=3, judge=judge))
+    layer = build_method("judge", LayerContext(max_rounds=3, judge=judge))
     out = replay(layer, TRACES)
     assert judge.calls == [len(TRACES)]
     assert all(r["final_answer"] == "7" and r["rounds"] == 3 for r in out)
@@ -155,7 +158,7 @@ def _moderator_script(text: str) -> str:
 
 def test_moderator_stops_parses_and_forces_final():
     gen = ScriptedGenerator(_moderator_script)
-    out = _by_id(replay(build_layer("moderator", LayerContext(max_rounds=3, moderator=gen)), TRACES))
+    out = _by_id(replay(build_method("moderator", LayerContext(max_rounds=3, moderator=gen)), TRACES))
     assert gen.calls == [5, 4, 3]  # one batched call per round over the still-active debates
     assert (out["agree"]["rounds"], out["agree"]["final_answer"]) == (1, "7")
     assert (out["late"]["rounds"], out["late"]["final_answer"]) == (2, "7")
@@ -172,33 +175,33 @@ def test_moderator_stops_parses_and_forces_final():
 def test_prompted_moderator_uses_the_base_generator():
     base = ScriptedGenerator(lambda text: "CONTINUE" if "last round" not in text else "STOP <answer>7</answer>")
     with pytest.raises(ValueError, match="moderator_base"):
-        build_layer("moderator_prompted", LayerContext(max_rounds=2))
-    out = replay(build_layer("moderator_prompted", LayerContext(max_rounds=2, moderator_base=base)), TRACES)
+        build_method("moderator_prompted", LayerContext(max_rounds=2))
+    out = replay(build_method("moderator_prompted", LayerContext(max_rounds=2, moderator_base=base)), TRACES)
     assert all(r["rounds"] == 2 and r["final_answer"] == "7" for r in out)
 
 
 def test_adjudication_only_fixed_three_rounds():
     gen = ScriptedGenerator(lambda text: "STOP <answer>7</answer>" if "last round" in text else "CONTINUE")
-    out = replay(build_layer("adjudication_only", LayerContext(max_rounds=5, moderator=gen)), TRACES)
+    out = replay(build_method("adjudication_only", LayerContext(max_rounds=5, moderator=gen)), TRACES)
     assert gen.calls == [5]  # only the forced call at round index 2
     assert all(r["rounds"] == 3 and r["final_answer"] == "7" for r in out)
 
 
 def test_stopping_only_uses_majority_of_stopping_round():
     gen = ScriptedGenerator(lambda text: "STOP <answer>999</answer>")
-    out = _by_id(replay(build_layer("stopping_only", LayerContext(max_rounds=3, moderator=gen)), TRACES))
+    out = _by_id(replay(build_method("stopping_only", LayerContext(max_rounds=3, moderator=gen)), TRACES))
     assert all(r["rounds"] == 1 for r in out.values())
     assert out["never"]["final_answer"] == "5"  # round-0 majority, not the moderator's 999
     assert out["agree"]["final_answer"] == "7"
     cont = ScriptedGenerator(lambda text: "CONTINUE")
-    out = _by_id(replay(build_layer("stopping_only", LayerContext(max_rounds=3, moderator=cont)), TRACES))
+    out = _by_id(replay(build_method("stopping_only", LayerContext(max_rounds=3, moderator=cont)), TRACES))
     assert cont.calls == [5, 5]  # no moderator call at T_max: the majority answers there
     assert out["never"]["final_answer"] == "6" and out["never"]["rounds"] == 3
 
 
 def test_replay_rejects_short_traces():
     with pytest.raises(ValueError, match="needs 5"):
-        replay(build_layer("majority_vote", LayerContext(max_rounds=5)), [AGREE])
+        replay(build_method("majority_vote", LayerContext(max_rounds=5)), [AGREE])
 
 
 # --------------------------------------------------------------------------------------------- final-round parse policy
@@ -222,7 +225,7 @@ FINAL_CASES = [
 def test_forced_final_answer_is_lenient_but_validity_stays_strict(method, text, answer, valid, lenient):
     gen = ScriptedGenerator(lambda prompt: text if "last round" in prompt else "CONTINUE")
     ctx = LayerContext(max_rounds=3, moderator=gen, moderator_base=gen)
-    rec = replay(build_layer(method, ctx), [AGREE])[0]
+    rec = replay(build_method(method, ctx), [AGREE])[0]
     assert rec["rounds"] == 3 and rec["final_answer"] == answer
     last = rec["decisions"][-1]
     assert (last["answer"], last["valid"], last["lenient"], last["raw"]) == (answer, valid, lenient, text)
@@ -232,7 +235,7 @@ def test_forced_final_answer_is_lenient_but_validity_stays_strict(method, text, 
 
 def test_invalid_stop_before_the_last_round_still_continues():
     gen = ScriptedGenerator(lambda prompt: "STOP <answer>7</answer>.")  # also at the forced round
-    rec = replay(build_layer("moderator", LayerContext(max_rounds=3, moderator=gen)), [AGREE])[0]
+    rec = replay(build_method("moderator", LayerContext(max_rounds=3, moderator=gen)), [AGREE])[0]
     assert gen.calls == [1, 1, 1] and rec["rounds"] == 3
     assert [(d["stop"], d["answer"], d["valid"], d["lenient"]) for d in rec["decisions"]] == [
         (False, None, False, False),
@@ -243,7 +246,7 @@ def test_invalid_stop_before_the_last_round_still_continues():
 
 def test_stopping_only_never_uses_the_lenient_path():
     gen = ScriptedGenerator(lambda prompt: "STOP <answer>999</answer>.")
-    rec = replay(build_layer("stopping_only", LayerContext(max_rounds=3, moderator=gen)), [LATE])[0]
+    rec = replay(build_method("stopping_only", LayerContext(max_rounds=3, moderator=gen)), [LATE])[0]
     assert rec["rounds"] == 3 and rec["final_answer"] in {"7", "6"}  # majority of the last round, not 999
     assert not any(d["lenient"] for d in rec["decisions"])
 
@@ -251,15 +254,15 @@ def test_stopping_only_never_uses_the_lenient_path():
 @pytest.mark.parametrize("text", [text for text, *_ in FINAL_CASES] + ["Both agents agree. <answer>(B)</answer>"])
 def test_judge_and_moderator_read_final_outputs_the_same_way(text):
     gen = ScriptedGenerator(lambda prompt: text)
-    judged = replay(build_layer("judge", LayerContext(max_rounds=2, judge=gen)), [AGREE])[0]
-    moderated = replay(build_layer("adjudication_only", LayerContext(max_rounds=2, moderator=gen)), [AGREE])[0]
+    judged = replay(build_method("judge", LayerContext(max_rounds=2, judge=gen)), [AGREE])[0]
+    moderated = replay(build_method("adjudication_only", LayerContext(max_rounds=2, moderator=gen)), [AGREE])[0]
     assert judged["final_answer"] == moderated["final_answer"] == final_answer(text)
     assert judged["decisions"][-1]["lenient"] is False and judged["decisions"][-1]["valid"] is None
 
 
 def test_lenient_final_answers_are_counted_per_method():
     gen = ScriptedGenerator(lambda prompt: "STOP <answer>7</answer>." if "Question late?" in prompt else "CONTINUE")
-    records = replay(build_layer("moderator", LayerContext(max_rounds=3, moderator=gen)), TRACES)
+    records = replay(build_method("moderator", LayerContext(max_rounds=3, moderator=gen)), TRACES)
     metrics = method_metrics([{**r, "correct": False} for r in records])
     assert metrics["lenient_final_answers"] == 1 and metrics["moderator_calls"] == 15
     assert metrics["format_valid_rate"] == 12 / 15  # validity stays strict: the lenient answer's call is invalid

@@ -11,8 +11,9 @@ from metamod.config import parse_config
 from metamod.errors import ConfigError
 from metamod.evaluate.cells import read_samples
 from metamod.evaluate.config import EvalConfig
-from metamod.evaluate.decision import LayerContext, build_layer
+from metamod.evaluate.decision import LayerContext
 from metamod.evaluate.harness import evaluate, main
+from metamod.evaluate.methods import build_method
 from metamod.evaluate.replay import replay, run_live
 from metamod.llm.base import Generation
 from metamod.rollout.debate import run_debates
@@ -62,8 +63,8 @@ def test_replay_equals_live(method, arith_examples):
     ctx = LayerContext(max_rounds=4, seed=1, moderator=fake, moderator_base=fake, judge=fake)
     sim = SimulatedDebaters(SimulationConfig(sim_seed=11))
     shared = list(run_debates(arith_examples, [sim, sim], max_rounds=4, progress=False))
-    replayed = replay(build_layer(method, ctx), shared)
-    live, live_traces = run_live(build_layer(method, ctx), arith_examples, [sim, sim], max_rounds=4, progress=False)
+    replayed = replay(build_method(method, ctx), shared)
+    live, live_traces = run_live(build_method(method, ctx), arith_examples, [sim, sim], max_rounds=4, progress=False)
     assert replayed == live
     for rec, trace in zip(live, live_traces, strict=True):
         assert len(trace["rounds"]) == rec["rounds"]
@@ -329,7 +330,7 @@ class _EchoAgent:
 def test_single_agent_prompts_get_memory_guidance(arith_examples):
     agent = _EchoAgent()
     ctx = LayerContext(max_rounds=2, agent=agent, memory=_GuidingMemory(), sc_samples=3)
-    outcomes = build_layer("single_cot_sc", ctx).run(arith_examples[:2])
+    outcomes = build_method("single_cot_sc", ctx).run(arith_examples[:2])
     assert all(p.startswith("Guidance from earlier problems") and "remember single" in p for p in agent.prompts)
     assert outcomes[0].answer == "7" and outcomes[0].completion_tokens == 6 and len(outcomes[0].answers) == 3
 

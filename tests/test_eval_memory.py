@@ -11,9 +11,10 @@ import pytest
 
 from metamod.evaluate import memories as memories_module
 from metamod.evaluate.config import EvalConfig
-from metamod.evaluate.decision import LayerContext, build_layer
+from metamod.evaluate.decision import LayerContext
 from metamod.evaluate.harness import evaluate
 from metamod.evaluate.inputs import load_inputs
+from metamod.evaluate.methods import build_method
 from metamod.llm.base import Generation
 from metamod.memory import BehaviourBank, MemoryConfig
 from metamod.memory.base import Observation
@@ -176,8 +177,8 @@ def test_moderator_and_judge_ask_the_memory_and_ids_are_served_per_method():
     debate = {"id": "q", "question": question.replace("3 boxes", "4 boxes"), "kind": "math", "rounds": agree["rounds"]}
     rec = _Recorder()
     ctx = LayerContext(max_rounds=1, moderator=rec, judge=rec, memory=bank)
-    build_layer("moderator", ctx).decide(0, [debate])
-    build_layer("judge", ctx).decide(0, [debate])
+    build_method("moderator", ctx).decide(0, [debate])
+    build_method("judge", ctx).decide(0, [debate])
     assert all(p.startswith("Guidance from earlier problems") for p in rec.prompts)
     assert bank.served_ids("q", "moderator") and bank.served_ids("q", "judge")
     assert bank.served_ids("q", "majority_vote") == [], "nothing was served to majority voting"

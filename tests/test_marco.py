@@ -154,15 +154,15 @@ def _context(**kw):
 
 
 def test_ablation_switches_cannot_be_turned_back_on():
-    from metamod.evaluate.marco_methods import MarcoV2, MarcoV3
+    from metamod.evaluate.methods import build_method
 
     with pytest.raises(ConfigError, match="contradicts the ablation"):
-        MarcoV3(_context(method_options={"marco_v3": {"cross_reference": True}}))
-    assert MarcoV3(_context()).settings.cross_reference is False
-    with pytest.raises(ConfigError, match="without the condenser"):
-        MarcoV2(_context(memory=MarcoMemory(MarcoOptions(condenser="rule"))))
+        build_method("marco_v3", _context(method_options={"marco_v3": {"cross_reference": True}}))
+    assert build_method("marco_v3", _context()).settings.cross_reference is False
+    with pytest.raises(ConfigError, match="leave condense out of memory_options"):
+        build_method("marco_v2", _context(memory=MarcoMemory(MarcoOptions(condenser="rule"))))
     with pytest.raises(ConfigError, match="unknown setting"):
-        MarcoV3(_context(method_options={"marco_v3": {"agent": 3}}))
+        build_method("marco_v3", _context(method_options={"marco_v3": {"agent": 3}}))
 
 
 def test_settings_checks():

@@ -323,7 +323,7 @@ def test_simulated_roles_solve_game24():
 def test_mro_method_option_retry_with_attempt(option):
     from metamod.config import ConfigError
     from metamod.evaluate.decision import LayerContext
-    from metamod.evaluate.mro_methods import MRO
+    from metamod.evaluate.methods import build_method
 
     seen = []
 
@@ -337,11 +337,13 @@ def test_mro_method_option_retry_with_attempt(option):
     }
     agent = Scripted(lambda p: next((v for k, v in scripted.items() if k in p), None) or reasoner_reply(p))
     options = {"mro": {"retry_with_attempt": option}} if option is not None else {}
-    method = MRO(LayerContext(max_rounds=1, agent=agent, max_iterations=2, method_options=options))
+    method = build_method("mro", LayerContext(max_rounds=1, agent=agent, max_iterations=2, method_options=options))
     method.run(EX[:1])
     assert len(seen) == 2 and ("ATTEMPT-TEXT" in seen[1]) is bool(option)
     with pytest.raises(ConfigError, match="retry_with_attempt must be true or false"):
-        MRO(LayerContext(max_rounds=1, agent=agent, method_options={"mro": {"retry_with_attempt": "yes"}}))
+        build_method(
+            "mro", LayerContext(max_rounds=1, agent=agent, method_options={"mro": {"retry_with_attempt": "yes"}})
+        )
 
 
 class StubMemory:

@@ -171,6 +171,6 @@ def test_method_options_for_a_method_left_out_are_ignored_and_typos_refused():
         EvalConfig(methods=["mro"], method_options={"mroo": {}})
     with pytest.raises(ConfigError, match=r"method_options\['mro'\]: unknown setting"):
         from metamod.evaluate.decision import LayerContext
-        from metamod.evaluate.mro_methods import MRO
+        from metamod.evaluate.methods import build_method
 
-        MRO(LayerContext(max_rounds=1, simulated_agent=object(), method_options={"mro": {"budget": 1}}))
+        build_method("mro", LayerContext(max_rounds=1, simulated_agent=object(), method_options={"mro": {"budget": 1}}))

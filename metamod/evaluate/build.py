@@ -26,7 +26,8 @@ from metamod.rollout.debater_factory import DebaterSpec, LoadedBackend, build_de
 from metamod.rollout.simulated import SimulationConfig
 
 from .config import EvalConfig, adapter_base, classify_model_path
-from .decision import DECISION_LAYERS, LayerContext
+from .decision import LayerContext
+from .methods import method_spec
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +95,7 @@ def resolve_models(config: EvalConfig) -> dict[str, BackendConfig]:
     if base is None and llm_debaters:
         base = config.debater_model
     if "moderator" in needs:
-        from metamod.registry import resolve
-
-        methods = [m for m in config.methods if "moderator" in resolve(DECISION_LAYERS, m, what="method").needs]
+        methods = [m for m in config.methods if "moderator" in method_spec(m).needs]
         if not config.moderator:
             raise ValueError(
                 f"method(s) {methods} need a trained moderator: set `moderator` to an adapter folder or "

@@ -34,7 +34,7 @@ from metamod.files import path_signature, read_jsonl
 from metamod.tasks.base import Example
 
 from .config import EvalConfig
-from .decision import DECISION_LAYERS
+from .methods import method_spec
 
 logger = logging.getLogger(__name__)
 
@@ -171,17 +171,11 @@ def method_fingerprints(
     >>> a["majority_vote"] == b["majority_vote"], a["single_cot_sc"] == b["single_cot_sc"]
     (True, False)
     """
-    from metamod.registry import resolve
-
     out = {}
     for method in config.methods:
-        layer = resolve(DECISION_LAYERS, method, what="evaluation method")
-        roles = [r for r in getattr(layer, "needs", ()) if r in specs]
-        if method in DECISION_LAYERS:
-            own = set(getattr(layer, "config_knobs", ()))  # each method class names the EvalConfig keys it reads
-            keys = sorted({k for r in roles for k in _ROLE_KNOBS.get(r, ())} | own)
-        else:  # a dotted-path method: we cannot know what it reads
-            keys, roles = sorted(_METHOD_KEYS), sorted(specs)
+        spec = method_spec(method)
+        roles = [r for r in spec.needs if r in specs]
+        keys = sorted({k for r in roles for k in _ROLE_KNOBS.get(r, ())} | set(spec.knobs))  # its row's knobs
         record = {
             "method": method,
             "settings": settings_fp,
@@ -189,7 +183,7 @@ def method_fingerprints(
             "method_options": config.method_options.get(method, {}),
             "models": {r: _spec_record(specs[r]) for r in roles},
         }
-        if getattr(layer, "memory_name", None):  # a method with its own memory: its cells depend on its settings
+        if spec.memory:  # a method with its own memory: its cells depend on its settings
             record["memory"] = resolve_local_paths(dataclasses.asdict(memory_config)) if memory_config else {}
         out[method] = settings_fingerprint(record)
     return out

@@ -38,8 +38,6 @@ Chain-of-Code details:
 RHDA's check is :func:`~metamod.tasks.code.grading.visible_feedback`: with ``deduction_check: format`` (default) any
 parsable deduction answer passes, so deduction takes one round; abduction and induction are checked for real.
 
->>> sorted(CODE_BASELINE_METHODS)
-['chain_of_code', 'cot', 'rhda']
 >>> RHDAOptions(iterations=0)
 Traceback (most recent call last):
 ...
@@ -359,13 +357,9 @@ class CodeMethod(SingleAgentMethod):
     """Base of the code baselines: a :class:`CodeAgent`, the method's options, batched steps with accounting."""
 
     options_class: ClassVar[type] = CoTOptions
-    #: the answer kinds these methods can solve (checked before any model loads)
-    answer_kinds: ClassVar[tuple[str, ...]] = ("code_output", "code_input", "code_function")
-    #: EvalConfig keys their cells depend on (resume fingerprints)
-    config_knobs: ClassVar[tuple[str, ...]] = ("code_simulation",)
 
-    def __init__(self, context: Any):
-        self.context = context
+    def __init__(self, context: Any, spec: Any):
+        self.context, self.spec, self.name = context, spec, spec.name
         self.options = read_options(self.options_class, self.name, context.method_options)
         self.agent = CodeAgent.from_context(context, self.name)
 
@@ -395,7 +389,6 @@ class CodeMethod(SingleAgentMethod):
 class CodeCoT(CodeMethod):
     """CoT: one step-by-step answer per question."""
 
-    name, label = "cot", "CoT"
     options_class = CoTOptions
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:
@@ -417,7 +410,6 @@ class CodeCoT(CodeMethod):
 class ChainOfCode(CodeMethod):
     """Chain-of-Code: a program that reasons in code, run in the sandbox, emulated by the model where it stops."""
 
-    name, label = "chain_of_code", "Chain-of-Code"
     options_class = ChainOfCodeOptions
 
     def program_prompt(self, example: Example) -> str:
@@ -507,7 +499,6 @@ class ChainOfCode(CodeMethod):
 class RHDA(CodeMethod):
     """RHDA: hypothesis in words -> answer -> interpreter check -> amended hypothesis, until the check passes."""
 
-    name, label = "rhda", "RHDA"
     options_class = RHDAOptions
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:
@@ -570,7 +561,3 @@ class RHDA(CodeMethod):
                 }
             }
         return outcomes
-
-
-#: code-reasoning baselines, merged into :data:`metamod.evaluate.decision.DECISION_LAYERS`
-CODE_BASELINE_METHODS: dict[str, type[SingleAgentMethod]] = {cls.name: cls for cls in (CodeCoT, ChainOfCode, RHDA)}

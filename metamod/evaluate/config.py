@@ -25,7 +25,7 @@ from typing import Any
 
 from metamod.errors import ConfigError, InputError, check_safetensors, load_json
 
-from .decision import DEBATE_LAYERS, DECISION_LAYERS
+from .methods import METHODS, method_spec
 
 DEBATER_KINDS = ("simulated", "hf", "vllm", "openai")
 MODES = ("replay", "live")
@@ -64,7 +64,7 @@ class EvalConfig:
     )
     methods: list[str] = field(
         default_factory=lambda: list(DEFAULT_METHODS),
-        metadata={"help": f"Methods to evaluate: {', '.join(sorted(DECISION_LAYERS))}."},
+        metadata={"help": f"Methods to evaluate: {', '.join(sorted(METHODS))}."},
     )
     reference_method: str | None = field(
         default=None,
@@ -200,11 +200,11 @@ class EvalConfig:
     plots: bool = field(default=True, metadata={"help": "Write PNG plots (matplotlib, Agg backend)."})
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.methods if m not in DECISION_LAYERS and ":" not in m]
+        unknown = [m for m in self.methods if m not in METHODS and ":" not in m]
         if unknown:
-            raise ValueError(f"methods: unknown method(s) {unknown}. Valid names: {', '.join(sorted(DECISION_LAYERS))}")
+            raise ValueError(f"methods: unknown method(s) {unknown}. Valid names: {', '.join(sorted(METHODS))}")
         if not self.methods:
-            raise ValueError("methods is empty; list at least one of " + ", ".join(sorted(DECISION_LAYERS)))
+            raise ValueError("methods is empty; list at least one of " + ", ".join(sorted(METHODS)))
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods lists a method twice: {self.methods}")
         if self.mode not in MODES:
@@ -263,10 +263,10 @@ class EvalConfig:
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {self.limit}")
         for method, options in self.method_options.items():
-            if method not in DECISION_LAYERS and method not in self.methods:  # a typo; a known method may be off
+            if method not in METHODS and method not in self.methods:  # a typo; a known method may be off
                 raise ConfigError(
                     f"method_options has settings for {method!r}, which is no method; valid names: "
-                    f"{', '.join(sorted(DECISION_LAYERS))}"
+                    f"{', '.join(sorted(METHODS))}"
                 )
             if not isinstance(options, dict):
                 raise ConfigError(f"method_options[{method!r}] must be a mapping of settings, got {options!r}")
@@ -328,18 +328,16 @@ class EvalConfig:
             check(name, getattr(self, name), BackendConfig, exclude=("backend", "model", "adapter"))
 
     def debate_methods(self) -> list[str]:
-        return [m for m in self.methods if m in DEBATE_LAYERS or _family(m) == "debate"]
+        return [m for m in self.methods if method_spec(m).replays_debates]
 
     def single_methods(self) -> list[str]:
         return [m for m in self.methods if m not in self.debate_methods()]
 
     def needs(self) -> set[str]:
         """The generators the chosen methods need (``moderator``, ``moderator_base``, ``judge``, ``agent``)."""
-        from metamod.registry import resolve
-
         needed: set[str] = set()
         for m in self.methods:
-            needed.update(resolve(DECISION_LAYERS, m, what="evaluation method").needs)
+            needed.update(method_spec(m).needs)
         if self.single_methods() and self.debaters != "simulated":
             needed.add("agent")
         return needed
@@ -364,12 +362,6 @@ class EvalConfig:
             return TaskConfig(task=task.partition("@")[0], **options)
         except TypeError as err:
             raise ValueError(f"task_options[{task!r}]: {err}") from err
-
-
-def _family(method: str) -> str:
-    from metamod.registry import resolve
-
-    return getattr(resolve(DECISION_LAYERS, method, what="evaluation method"), "family", "debate")
 
 
 def classify_model_path(path: str) -> str:

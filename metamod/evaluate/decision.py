@@ -26,17 +26,16 @@ the grader's :func:`~metamod.tasks.grading.extract_answer`, else a bare one-toke
 answer in it gives ``None``, graded wrong. ``StepDecision.lenient`` marks answers taken from a format-invalid
 output. The ``judge`` layer reads its output with the same :func:`final_answer`.
 
-Single-agent baselines (``single_*``) live in :mod:`metamod.evaluate.single` and share this registry.
+Every method, these layers and the ones that run themselves, is a row of :data:`metamod.evaluate.methods.METHODS`.
 
->>> sorted(DEBATE_LAYERS)[:3]
-['adjudication_only', 'consensus', 'judge']
+>>> from metamod.evaluate.methods import build_method
 >>> ctx = LayerContext(max_rounds=3)
 >>> debate = {"id": "q", "kind": "math", "choices": None, "question": "1+1?", "rounds": [
 ...     {"round": 0, "responses": [{"agent": 0, "text": "<answer>2</answer>", "answer": "2"},
 ...                                {"agent": 1, "text": "<answer>2</answer>", "answer": "2"}]}]}
->>> build_layer("consensus", ctx).decide(0, [debate])[0]
+>>> build_method("consensus", ctx).decide(0, [debate])[0]
 StepDecision(stop=True, answer='2', raw=None, valid=None, lenient=False, prompt_tokens=0, completion_tokens=0)
->>> build_layer("majority_vote", ctx).decide(0, [debate])[0].stop
+>>> build_method("majority_vote", ctx).decide(0, [debate])[0].stop
 False
 """
 
@@ -44,14 +43,12 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from metamod.llm.base import Generation, Generator, SamplingConfig, chat_checked
 from metamod.memory.base import ask, with_guidance
 from metamod.prompts import format_responses, render
-from metamod.registry import resolve
 from metamod.rewards.moderator import STOP, final_answer, parse_decision
 from metamod.rollout.state import moderator_messages
 from metamod.tasks.base import Example
@@ -187,22 +184,14 @@ def _single_call(generator: Generator, conversations: list[list[dict]], sampling
 
 
 class DecisionLayer(ABC):
-    """Base class of debate decision layers.
-
-    Subclasses set ``name``, ``label`` (table row name) and ``needs`` (the :class:`LayerContext` generators they
-    use) and implement :meth:`decide`.
+    """Base class of debate decision layers: ``Layer(context, spec)`` with its row of the method table
+    (:class:`~metamod.evaluate.methods.MethodSpec`: name, label, the generators it ``needs``); subclasses implement
+    :meth:`decide`.
     """
 
-    name: ClassVar[str] = ""
-    label: ClassVar[str] = ""
-    family: ClassVar[str] = "debate"
-    needs: ClassVar[tuple[str, ...]] = ()
-    #: whether the layer's own outputs follow the moderator protocol (format-valid rate is reported)
-    moderated: ClassVar[bool] = False
-
-    def __init__(self, context: LayerContext):
-        self.context = context
-        for need in self.needs:
+    def __init__(self, context: LayerContext, spec: Any):
+        self.context, self.spec, self.name = context, spec, spec.name
+        for need in spec.needs:
             if getattr(context, need) is None:
                 raise ValueError(
                     f"method {self.name!r} needs a {need} generator; configure it (see docs/evaluation.md)"
@@ -244,7 +233,7 @@ class DecisionLayer(ABC):
 
 
 class MajorityVote(DecisionLayer):
-    name, label = "majority_vote", "MAD (Majority Voting)"
+    """All ``T_max`` rounds, then the majority of the last round's answers."""
 
     def decide(self, round_index, debates):
         if round_index < self.last_round:
@@ -253,7 +242,7 @@ class MajorityVote(DecisionLayer):
 
 
 class Consensus(DecisionLayer):
-    name, label = "consensus", "MAD (Consensus)"
+    """Stop as soon as every debater gives the same parsable answer; majority at ``T_max``."""
 
     def decide(self, round_index, debates):
         out = []
@@ -268,7 +257,7 @@ class Consensus(DecisionLayer):
 
 
 class Judge(DecisionLayer):
-    name, label, needs = "judge", "MAD (LLM-as-a-Judge)", ("judge",)
+    """All rounds, then a prompted LLM judge reads the last round."""
 
     def decide(self, round_index, debates):
         if round_index < self.last_round:
@@ -303,14 +292,12 @@ class Judge(DecisionLayer):
 
 
 class Moderator(DecisionLayer):
-    """Meta-Moderator: CONTINUE/STOP after every round, forced answer at ``T_max``."""
-
-    name, label, needs, moderated = "moderator", "Meta-Moderator", ("moderator",), True
-    generator_field: ClassVar[str] = "moderator"
+    """Meta-Moderator: CONTINUE/STOP after every round, forced answer at ``T_max``; the generator is the row's
+    ``needs[0]`` (the trained ``moderator``, or ``moderator_base``: the untrained Meta-Moderator*)."""
 
     @property
     def generator(self) -> Generator:
-        return getattr(self.context, self.generator_field)
+        return getattr(self.context, self.spec.needs[0])
 
     def ask(self, round_index: int, debates: list[dict[str, Any]], *, final: bool) -> list[StepDecision]:
         """One batched moderator call.
@@ -349,17 +336,8 @@ class Moderator(DecisionLayer):
         return self.ask(round_index, debates, final=round_index >= self.last_round)
 
 
-class PromptedModerator(Moderator):
-    name, label, needs = "moderator_prompted", "Meta-Moderator* (untrained)", ("moderator_base",)
-    generator_field = "moderator_base"
-
-
 class AdjudicationOnly(Moderator):
     """Fixed debate length (``fixed_rounds``, capped by ``T_max``), then the moderator's forced answer."""
-
-    name, label = "adjudication_only", "Adjudication-only"
-    #: EvalConfig keys its cells depend on (resume fingerprints)
-    config_knobs: ClassVar[tuple[str, ...]] = ("fixed_rounds",)
 
     @property
     def last_round(self) -> int:
@@ -374,8 +352,6 @@ class AdjudicationOnly(Moderator):
 class StoppingOnly(Moderator):
     """The moderator's CONTINUE/STOP; the answer is the majority vote of the stopping round (no call at T_max)."""
 
-    name, label = "stopping_only", "Stopping-only"
-
     def decide(self, round_index, debates):
         seed = self.context.seed
         if round_index >= self.last_round:
@@ -384,73 +360,3 @@ class StoppingOnly(Moderator):
         for decision, d in zip(decisions, debates, strict=True):
             decision.answer = round_majority(d, round_index, seed) if decision.stop else None
         return decisions
-
-
-#: debate decision layers (replayed over shared transcripts)
-DEBATE_LAYERS: dict[str, type[DecisionLayer]] = {
-    cls.name: cls
-    for cls in (MajorityVote, Consensus, Judge, PromptedModerator, Moderator, AdjudicationOnly, StoppingOnly)
-}
-
-
-def _all_layers() -> dict[str, type]:
-    from .baselines import META_REASONING_BASELINES
-    from .cheatsheet_methods import CHEATSHEET_METHODS
-    from .code_baselines import CODE_BASELINE_METHODS
-    from .marco_methods import MARCO_METHODS
-    from .mro_methods import MRO_METHODS
-    from .single import SINGLE_AGENT_METHODS
-
-    return {
-        **SINGLE_AGENT_METHODS,
-        **MRO_METHODS,
-        **CHEATSHEET_METHODS,
-        **MARCO_METHODS,
-        **CODE_BASELINE_METHODS,
-        **META_REASONING_BASELINES,
-        **DEBATE_LAYERS,
-    }
-
-
-#: every evaluation method, debate layers and single-agent baselines: the ONE registry
-DECISION_LAYERS: dict[str, type] = _all_layers()
-
-
-def build_layer(name: str, context: LayerContext):
-    """Instantiate method ``name`` from :data:`DECISION_LAYERS` (unknown names fail listing the valid ones).
-
-    Args:
-        name: a registered method name or a dotted path ``package.module:Class``.
-        context: the shared :class:`LayerContext`.
-
-    Returns:
-        The method object (a :class:`DecisionLayer` or a single-agent baseline).
-    """
-    cls = resolve(DECISION_LAYERS, name, what="evaluation method")
-    return cls(context)
-
-
-def check_method_kinds(methods: Sequence[str], examples: dict[str, list[Example]]) -> None:
-    """Refuse, before any model loads, a method that only handles some answer kinds on a task of another kind.
-
-    A method declares them in ``answer_kinds`` (the code-reasoning methods: the three ``code_*`` kinds).
-
-    >>> ex = Example(id="q", question="1+1?", gold="2", kind="math")
-    >>> check_method_kinds(["marco"], {"arith": [ex]})
-    Traceback (most recent call last):
-    ...
-    metamod.errors.ConfigError: method 'marco' needs tasks of answer kind code_output, code_input or code_function (code-reasoning tasks, docs/tasks.md); task 'arith' has kind 'math'
-    """
-    from metamod.config import ConfigError
-
-    for method in methods:
-        kinds = getattr(resolve(DECISION_LAYERS, method, what="evaluation method"), "answer_kinds", None)
-        if not kinds:
-            continue
-        for task, exs in examples.items():
-            bad = sorted({ex.kind for ex in exs} - set(kinds))
-            if bad:
-                raise ConfigError(
-                    f"method {method!r} needs tasks of answer kind {', '.join(kinds[:-1])} or {kinds[-1]} "
-                    f"(code-reasoning tasks, docs/tasks.md); task {task!r} has kind {bad[0]!r}"
-                )

@@ -54,7 +54,6 @@ from .cells import (
     read_samples,
 )
 from .config import EvalConfig
-from .decision import DECISION_LAYERS, build_layer, check_method_kinds
 from .inputs import check_cached_traces, load_inputs
 from .memories import (
     SHARED_KEY,
@@ -70,6 +69,7 @@ from .memories import (
     scoped_tasks,
 )
 from .memory_metrics import batch_metrics, half_gains
+from .methods import build_method, check_method_kinds, method_spec
 from .metrics import task_metrics
 from .replay import replay, run_live
 from .report import gold_labels, markdown_tables, structure_table, versions, write_plots
@@ -260,7 +260,7 @@ def evaluate_batch(
     Returns:
         ``(rows, shared_traces_by_id)``: one samples row per question, and the transcripts the rows describe.
     """
-    debate_methods = [m for m in layers if getattr(layers[m], "family", "debate") == "debate"]
+    debate_methods = [m for m in layers if layers[m].spec.replays_debates]
     records: dict[str, list[dict[str, Any]]] = {}
     ledger = ledger or BudgetLedger()
     budget: dict[str, dict[str, dict[str, int]]] = {}
@@ -354,7 +354,7 @@ def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_confi
         }
     simulated = any(r.get("simulated") for r in rows) or config.debaters == "simulated"
     gold_use = methods_gold_use(config, memory_config)
-    labels = {m: getattr(DECISION_LAYERS.get(m), "label", m) for m in config.methods}
+    labels = {m: method_spec(m).label for m in config.methods}
     return {
         "results": results,
         "significance": {
@@ -466,10 +466,8 @@ def _evaluate(
         sum(len(r["methods"]) for r in done),
         samples_path,
     )
-    from metamod.registry import resolve
-
     todo_methods = {m for ms in missing.values() for m in ms}
-    roles = {"agent"} | {r for m in todo_methods for r in resolve(DECISION_LAYERS, m, what="evaluation method").needs}
+    roles = {"agent"} | {r for m in todo_methods for r in method_spec(m).needs}
     wanted = {r: s for r, s in specs.items() if r in roles}
     if missing and needs_memory_llm(sorted(todo_methods), memory_config):
         wanted["memory"] = memory_llm_spec(memory_config)
@@ -585,7 +583,7 @@ class _SeedRun:
         if self.writer is not None:
             check_cached_traces(self.traces, debaters, self.writer.path)
         context = layer_context(config, seed, self.generators, debaters, memories.shared)
-        layers = {m: build_layer(m, dataclasses.replace(context, memory=memories.for_method(m))) for m in self.methods}
+        layers = {m: build_method(m, dataclasses.replace(context, memory=memories.for_method(m))) for m in self.methods}
         grade = _Grader()
         sink, trace_sink = self.sinks
         traces = self.traces

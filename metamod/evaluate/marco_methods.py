@@ -20,7 +20,7 @@ simulated coder (:mod:`metamod.rollout.coding.simulated`, ``code_simulation`` se
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from metamod.config import ConfigError
 from metamod.rollout.coding.agents import CodeAgent
@@ -50,28 +50,30 @@ def marco_details(trace: dict[str, Any]) -> dict[str, Any]:
 
 
 class Marco(SingleAgentMethod):
-    """MARCO: meta-reflection with cross-referencing (its own ``memory: marco``)."""
+    """MARCO (its own ``memory: marco``) and its ablations, which are rows of the method table with settings the
+    row fixes (``settings["forced"]``: v1 no meta-reflection, v3 no cross-referencing) or memory defaults a user
+    may not override (v2: ``condense: false``)."""
 
-    name, label = "marco", "MARCO"
-    memory_name: ClassVar[str | None] = "marco"
-    #: settings an ablation fixes (a user cannot set them otherwise)
-    forced: ClassVar[dict[str, Any]] = {}
-    #: the answer kinds this method can solve (checked before any model loads)
-    answer_kinds: ClassVar[tuple[str, ...]] = ("code_output", "code_input", "code_function")
-    #: EvalConfig keys this method's cells depend on (resume fingerprints)
-    config_knobs: ClassVar[tuple[str, ...]] = ("code_simulation",)
-
-    def __init__(self, context: Any):
-        self.context = context
+    def __init__(self, context: Any, spec: Any):
+        self.context, self.spec, self.name = context, spec, spec.name
         self.agent = CodeAgent.from_context(context, self.name)
         raw = dict((context.method_options or {}).get(self.name) or {})
-        for key, value in self.forced.items():
+        forced = dict(spec.settings.get("forced") or {})
+        for key, value in forced.items():
             if key in raw and raw[key] != value:
                 raise ConfigError(
                     f"method_options[{self.name!r}]: {key}={raw[key]!r} contradicts the ablation ({key} is "
                     f"{value!r} in {self.name}); use method marco instead"
                 )
-        self.settings = read_options(MarcoSettings, self.name, {self.name: {**raw, **self.forced}})
+        self.settings = read_options(MarcoSettings, self.name, {self.name: {**raw, **forced}})
+        options = getattr(context.memory, "options", None)
+        for key, value in spec.memory_defaults.items():
+            if options is not None and getattr(options, key, value) != value:
+                raise ConfigError(
+                    f"{self.name} is MARCO with {key}: {value!r}, but memory_options sets {key}: "
+                    f"{getattr(options, key)!r}; leave {key} out of memory_options (it applies to every method with "
+                    "a memory)"
+                )
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:
         traces = run_marco(examples, self.agent, self.settings, memory=self.context.memory, method=self.name)
@@ -91,38 +93,3 @@ class Marco(SingleAgentMethod):
                 )
             )
         return outcomes
-
-
-class MarcoV1(Marco):
-    """MARCO v1: no meta-reflection (cross-referencing only)."""
-
-    name, label = "marco_v1", "MARCO v1 (no meta-reflection)"
-    memory_name = None
-    forced = {"meta_reflection": False}
-
-
-class MarcoV2(Marco):
-    """MARCO v2: meta-reflection without the knowledge condenser."""
-
-    name, label = "marco_v2", "MARCO v2 (no condenser)"
-    memory_defaults: ClassVar[dict[str, Any]] = {"condense": False}
-
-    def __init__(self, context: Any):
-        super().__init__(context)
-        options = getattr(context.memory, "options", None)
-        if getattr(options, "condense", False):
-            raise ConfigError(
-                "marco_v2 is MARCO without the condenser, but memory_options sets condense: true; leave condense "
-                "out of memory_options (it applies to every method with a memory)"
-            )
-
-
-class MarcoV3(Marco):
-    """MARCO v3: no cross-referencing."""
-
-    name, label = "marco_v3", "MARCO v3 (no cross-referencing)"
-    forced = {"cross_reference": False}
-
-
-#: MARCO methods, merged into :data:`metamod.evaluate.decision.DECISION_LAYERS`
-MARCO_METHODS: dict[str, type[SingleAgentMethod]] = {cls.name: cls for cls in (Marco, MarcoV1, MarcoV2, MarcoV3)}

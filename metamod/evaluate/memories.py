@@ -5,8 +5,8 @@ Two kinds of memory take part in ``metamod eval``:
 - the **shared memory** (``memory:`` in the config): one object per seed that every method without a memory of its
   own asks (debaters, single-agent methods, MRO roles, moderator, judge). It observes the reference method's
   questions (the ``reference_method`` when it is evaluated, else the first method). Saved in ``memory-seed<k>/``.
-- a method's **own memory** (a method class with ``memory_name``: ``mc2``, ``mro_micro``, ``reasoner_updates``
-  use ``mca``, ``bot`` uses ``bot``): one per seed and method, built from ``memory_options`` over the method's
+- a method's **own memory** (a method row with ``memory``: ``mc2``, ``mro_micro``, ``reasoner_updates``
+  use ``mca``, ``bot`` uses ``bot``): one per seed and method, built from ``memory_options`` over the row's
   ``memory_defaults``, observing that method's own traces. Saved in ``memory-seed<k>-<method>/``.
 
 **Scope** (``memory_scope``). ``task`` (the default): every memory is keyed by (seed, task, method) and starts cold
@@ -42,10 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from metamod.memory.base import Observation, withhold_gold
-from metamod.registry import resolve
 from metamod.tasks.base import Example
 
-from .decision import DECISION_LAYERS
+from .methods import method_spec
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +116,7 @@ def method_gold_use(
         reason = memory_class(name).gold_use(options)
         if reason:
             reasons.append(f"memory {name}: {reason}")
-    layer = resolve(DECISION_LAYERS, method, what="evaluation method")
-    if moderator_gold_use and "moderator" in getattr(layer, "needs", ()):
+    if moderator_gold_use and "moderator" in method_spec(method).needs:
         reasons.append(f"moderator: {moderator_gold_use}")
     return "; ".join(reasons) or None
 
@@ -129,9 +127,8 @@ def own_memory(method: str) -> tuple[str | None, dict[str, Any]]:
     >>> own_memory("mc2"), own_memory("mro_micro")[1], own_memory("majority_vote")
     (('mca', {}), {'consolidate': False}, (None, {}))
     """
-    cls = resolve(DECISION_LAYERS, method, what="evaluation method")
-    name = getattr(cls, "memory_name", None)
-    return name, dict(getattr(cls, "memory_defaults", {}) or {})
+    spec = method_spec(method)
+    return spec.memory, dict(spec.memory_defaults)
 
 
 def memories_in_use(methods: list[str], memory_config: Any) -> list[str]:

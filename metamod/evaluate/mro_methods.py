@@ -12,8 +12,10 @@
 ``reasoner_updates``        Reasoner + Updates: ``reasoner_only`` with the MCA's Reasoner stream.
 ==========================  ==========================================================================================
 
-A method with a memory of its own (``memory_name``) gets it from the harness (one per seed, saved in
-``memory-seed<k>-<method>/``), built from ``memory_options`` over its ``memory_defaults``; it observes that
+The rows are in :data:`metamod.evaluate.methods.METHODS`: ``mro``, ``mc2`` and ``mro_micro`` run :class:`MRO`,
+the two moderator rows :class:`MROTrainedController`, ``reasoner_only`` and ``reasoner_updates``
+:class:`ReasonerOnly`. A row with a memory of its own (``memory``) gets it from the harness (one per seed, saved in
+``memory-seed<k>-<method>/``), built from ``memory_options`` over the row's ``memory_defaults``; it observes that
 method's own traces.
 
 Every role's calls for all questions of a batch go out in one batched call per iteration. With LLM debaters the
@@ -158,13 +160,10 @@ class AskingRole:
 class _MROBase(SingleAgentMethod):
     """Shared plumbing: the roles for this context, run the loop, turn traces into outcomes."""
 
-    #: EvalConfig keys its cells depend on (resume fingerprints)
-    config_knobs: ClassVar[tuple[str, ...]] = ("max_iterations", "mro_simulation")
-
     controller_kind: ClassVar[str] = "prompted"
 
-    def __init__(self, context: Any):
-        self.context = context
+    def __init__(self, context: Any, spec: Any):
+        self.context, self.spec, self.name = context, spec, spec.name
         simulated = context.agent is None
         if simulated and context.mro_simulation is None and context.simulated_agent is None:
             raise ConfigError(
@@ -233,19 +232,22 @@ class _MROBase(SingleAgentMethod):
 
 
 class MRO(_MROBase):
-    name, label = "mro", "MRO (R+M+C)"
+    """The R + M + C loop (``mro``); with the row's own ``memory: mca`` it is MC² (``mc2``; ``mro_micro``: without
+    windowed consolidation)."""
 
 
 class MROTrainedController(_MROBase):
-    """R + M + the trained moderator (``LayerContext.moderator``) as Controller."""
+    """R + M + a moderator model as Controller: the row's ``needs[0]`` (the trained ``moderator``, or
+    ``moderator_base``: the untrained base model on the trained Controller's prompt)."""
 
-    name, label = "mro_trained_controller", "MRO + trained Controller"
-    needs: ClassVar[tuple[str, ...]] = ("moderator",)
     controller_kind = "moderator"
-    generator_role: ClassVar[str] = "moderator"
 
-    def __init__(self, context: Any):
-        super().__init__(context)
+    @property
+    def generator_role(self) -> str:
+        return self.spec.needs[0]
+
+    def __init__(self, context: Any, spec: Any):
+        super().__init__(context, spec)
         if getattr(context, self.generator_role) is None:
             raise ConfigError(
                 f"method {self.name!r} needs the {self.generator_role} model (set moderator to a trained adapter "
@@ -261,19 +263,9 @@ class MROTrainedController(_MROBase):
         )
 
 
-class MROPromptedModerator(MROTrainedController):
-    """R + M + the untrained base model (``moderator_base``) on the trained Controller's prompt."""
-
-    name, label = "mro_prompted_moderator", "MRO + prompted moderator"
-    needs = ("moderator_base",)
-    generator_role = "moderator_base"
-
-
 class ReasonerOnly(_MROBase):
-    """The Reasoner's first attempt only (one batched call): what the audit and control add on top."""
-
-    name, label = "reasoner_only", "Reasoner only"
-    config_knobs: ClassVar[tuple[str, ...]] = ("mro_simulation",)
+    """The Reasoner's first attempt only (one batched call): what the audit and control add on top; with the row's
+    ``memory: mca`` restricted to the Reasoner stream it is Reasoner + Updates (``reasoner_updates``)."""
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:
         roles = self.roles()  # simulated roles ignore memories; LLM roles ask theirs
@@ -291,33 +283,3 @@ class ReasonerOnly(_MROBase):
                 )
             )
         return outcomes
-
-
-class MC2(MRO):
-    """MC²: the MRO loop with its own MetaCognitive Accumulator (``memory: mca``, every role stream, consolidation)."""
-
-    name, label = "mc2", "MC² (MRO + MCA)"
-    memory_name: ClassVar[str | None] = "mca"
-
-
-class MROMicro(MRO):
-    """R+M+C + Micro-update: the MCA without windowed consolidation (retrieved micro-lessons only)."""
-
-    name, label = "mro_micro", "R+M+C + Micro-update"
-    memory_name: ClassVar[str | None] = "mca"
-    memory_defaults: ClassVar[dict[str, Any]] = {"consolidate": False}
-
-
-class ReasonerUpdates(ReasonerOnly):
-    """Reasoner + Updates: the Reasoner alone, its prompt updated by the MCA's Reasoner stream (no Monitor/Controller)."""
-
-    name, label = "reasoner_updates", "Reasoner + Updates"
-    memory_name: ClassVar[str | None] = "mca"
-    memory_defaults: ClassVar[dict[str, Any]] = {"roles": ["reasoner"]}
-
-
-#: MRO methods, merged into :data:`metamod.evaluate.decision.DECISION_LAYERS`
-MRO_METHODS: dict[str, type[SingleAgentMethod]] = {
-    cls.name: cls
-    for cls in (ReasonerOnly, MRO, MROTrainedController, MROPromptedModerator, MC2, MROMicro, ReasonerUpdates)
-}

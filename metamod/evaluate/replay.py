@@ -8,9 +8,10 @@ one batch) until it stops. The method is charged the debater tokens of rounds ``
 says stop. :func:`run_live` exists to check that replay gives exactly the live results (see docs/evaluation.md
 for when that holds).
 
->>> from metamod.evaluate.decision import LayerContext, build_layer
+>>> from metamod.evaluate.decision import LayerContext
+>>> from metamod.evaluate.methods import build_method
 >>> from metamod.rollout.traces import example_trace
->>> out = replay(build_layer("majority_vote", LayerContext(max_rounds=1)), [example_trace("q", answers=("4", "4"))])
+>>> out = replay(build_method("majority_vote", LayerContext(max_rounds=1)), [example_trace("q", answers=("4", "4"))])
 >>> out[0]["final_answer"], out[0]["rounds"], out[0]["tokens"]["debater_completion"]
 ('4', 1, 6)
 """

@@ -30,7 +30,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from metamod.llm.base import Conversation, Generation, chat_checked
 from metamod.memory.base import ask, with_guidance
@@ -81,20 +81,15 @@ class SingleOutcome:
 
 
 class SingleAgentMethod:
-    """Base class: ``run(examples) -> list[SingleOutcome]`` with an LLM agent or a simulated one."""
+    """A method that runs itself: ``Method(context, spec)`` with its row of the method table
+    (:class:`~metamod.evaluate.methods.MethodSpec`), ``run(examples) -> list[SingleOutcome]`` with an LLM agent or
+    a simulated one. Run as is, it is one prompt per question (the row's ``settings["template"]``, default
+    ``single_cot``): ``single_naive``, ``single_cot``, Buffer-of-Thought and the Bayesian Cheatsheet's rows.
+    """
 
-    name: ClassVar[str] = ""
-    label: ClassVar[str] = ""
-    family: ClassVar[str] = "single"
-    needs: ClassVar[tuple[str, ...]] = ()
-    #: a memory this method brings itself (a :data:`metamod.memory.MEMORIES` name) and its option defaults
-    memory_name: ClassVar[str | None] = None
-    memory_defaults: ClassVar[dict[str, Any]] = {}
-    moderated: ClassVar[bool] = False
-    template: ClassVar[str] = "single_cot"
-
-    def __init__(self, context: Any):
-        self.context = context
+    def __init__(self, context: Any, spec: Any):
+        self.context, self.spec, self.name = context, spec, spec.name
+        self.template = str(spec.settings.get("template", "single_cot"))
         if context.agent is None and context.simulated_agent is None:
             raise ValueError(
                 f"method {self.name!r} needs an agent: an LLM generator (debater backend) or simulated debaters"
@@ -142,23 +137,8 @@ class SingleAgentMethod:
         return outcomes
 
 
-class SingleNaive(SingleAgentMethod):
-    name, label, template = "single_naive", "Single (Naive)", "single_naive"
-
-
-class SingleCoT(SingleAgentMethod):
-    name, label, template = "single_cot", "Single (CoT)", "single_cot"
-
-
-class BufferOfThoughtCoT(SingleCoT):
-    """Buffer-of-Thought: CoT with its own ``memory: bot`` (distilled problem + retrieved thought template)."""
-
-    name, label = "bot", "Buffer-of-Thought"
-    memory_name = "bot"
-
-
 class SingleReflection(SingleAgentMethod):
-    name, label = "single_reflection", "Single (Reflection)"
+    """Answer, self-critique, revision: three turns of one conversation; the revised answer counts."""
 
     def run(self, examples):
         outcomes = [SingleOutcome(answer=None) for _ in examples]
@@ -188,8 +168,7 @@ class SingleReflection(SingleAgentMethod):
 
 
 class SingleCoTSC(SingleAgentMethod):
-    name, label = "single_cot_sc", "Single (CoT-SC)"
-    config_knobs: ClassVar[tuple[str, ...]] = ("sc_samples",)  # EvalConfig keys its cells depend on
+    """Self-consistency: ``sc_samples`` CoT samples in one call, majority vote of their answers."""
 
     def run(self, examples):
         k = self.context.sc_samples
@@ -222,9 +201,3 @@ class SingleCoTSC(SingleAgentMethod):
         config = getattr(self.context.simulated_agent, "config", None)
         lengths = [len(getattr(config, name, None) or [1]) for name in ("agent_accuracy", "stubbornness")]
         return math.lcm(*lengths)
-
-
-#: single-agent baselines, merged into :data:`metamod.evaluate.decision.DECISION_LAYERS`
-SINGLE_AGENT_METHODS: dict[str, type[SingleAgentMethod]] = {
-    cls.name: cls for cls in (SingleNaive, SingleCoT, SingleReflection, SingleCoTSC, BufferOfThoughtCoT)
-}

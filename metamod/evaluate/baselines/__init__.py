@@ -1,4 +1,5 @@
-"""Meta-reasoning baselines of MC² appendix B, as single-agent evaluation methods (``family = "single"``).
+"""Meta-reasoning baselines of MC² appendix B, as evaluation methods that run themselves (rows of
+:data:`metamod.evaluate.methods.METHODS`).
 
 ==================  ====================================================================================
 ``tot``             Tree-of-Thought, breadth-first: 5 thoughts per node, self-evaluated (1-10), the best 2
@@ -15,11 +16,10 @@ All four need an LLM agent (``LayerContext.agent``); in the simulated world they
 reads its settings from ``LayerContext.method_options[name]`` (unknown keys fail listing the valid ones) and sends
 one batched ``generator.chat`` call per step over all questions. Details: docs/baselines.md.
 
->>> sorted(META_REASONING_BASELINES)
-['meta_prompting', 'meta_reasoner', 'tot', 'ttpi']
 >>> from metamod.evaluate.decision import LayerContext
+>>> from metamod.evaluate.methods import build_method
 >>> try:
-...     TreeOfThought(LayerContext(max_rounds=1))
+...     build_method("tot", LayerContext(max_rounds=1))
 ... except ConfigError as err:
 ...     print(str(err).split(";")[0])
 method 'tot' needs an LLM agent (debaters: hf, vllm or openai)
@@ -35,16 +35,10 @@ from .meta_reasoner import STRATEGIES, MetaReasoner, MetaReasonerOptions, parse_
 from .tree_of_thought import ToTOptions, TreeOfThought, parse_score
 from .ttpi import DEFAULT_TRIGGERS, TTPI, TTPIOptions, lowest_perplexity
 
-#: the meta-reasoning baselines by method name (to be merged into the one method registry)
-META_REASONING_BASELINES: dict[str, type[BaselineMethod]] = {
-    cls.name: cls for cls in (TreeOfThought, MetaPrompting, MetaReasoner, TTPI)
-}
-
 __all__ = [
     "BaselineMethod",
     "ConfigError",
     "DEFAULT_TRIGGERS",
-    "META_REASONING_BASELINES",
     "MetaPrompting",
     "MetaPromptingOptions",
     "MetaReasoner",

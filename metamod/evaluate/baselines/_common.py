@@ -109,13 +109,13 @@ class BaselineMethod(SingleAgentMethod):
 
     options_class: ClassVar[type] = object
 
-    def __init__(self, context: Any):
+    def __init__(self, context: Any, spec: Any):
         if context.agent is None:
             raise ConfigError(
-                f"method {self.name!r} needs an LLM agent (debaters: hf, vllm or openai); the simulated world has no "
+                f"method {spec.name!r} needs an LLM agent (debaters: hf, vllm or openai); the simulated world has no "
                 "prompts for it to search, intervene in or select between"
             )
-        super().__init__(context)
+        super().__init__(context, spec)
         self.options = read_options(self.options_class, self.name, context.method_options)
 
     def _call(

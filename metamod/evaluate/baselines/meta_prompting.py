@@ -104,6 +104,7 @@ class MetaPrompting(BaselineMethod):
     '''Meta Model + fresh-eyes experts; per round one batched Meta-Model call and at most one batched expert call.
 
     >>> from metamod.evaluate.decision import LayerContext
+    >>> from metamod.evaluate.methods import build_method
     >>> from metamod.llm.base import Generation
     >>> class Fake:  # the Meta Model consults once, then answers with what the expert said
     ...     name, context_length = "fake", None
@@ -113,13 +114,12 @@ class MetaPrompting(BaselineMethod):
     ...                 return "It is <answer>4</answer>."
     ...             return "<answer>4</answer>" if len(c) > 1 else 'Expert Arithmetician: """What is 2+2?"""'
     ...         return [Generation(reply(c), prompt_tokens=5, completion_tokens=3) for c in conversations]
-    >>> [out] = MetaPrompting(LayerContext(max_rounds=1, agent=Fake())).run(
+    >>> [out] = build_method("meta_prompting", LayerContext(max_rounds=1, agent=Fake())).run(
     ...     [Example(id="q", question="2+2?", gold="4", kind="math")])
     >>> out.answer, out.details["experts"], out.details["stop"], out.prompt_tokens
     ('4', ['Expert Arithmetician'], 'final', 15)
     '''
 
-    name, label = "meta_prompting", "Meta-Prompting"
     options_class = MetaPromptingOptions
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:

@@ -27,13 +27,13 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from metamod.tasks.base import Example
 
-from ..single import SingleCoTSC, SingleOutcome, SingleReflection
+from ..methods import build_method
+from ..single import SingleOutcome
 from ._common import BaselineMethod, merge, spend
-from .tree_of_thought import TreeOfThought
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +46,14 @@ class Strategy:
         key: the name the model answers with.
         label: the usual name of the method.
         template: the prompt of a single-prompt strategy (``None`` for a delegated one).
-        method: the baseline class a delegated strategy runs (``None`` for a single-prompt one).
+        method: the method (a row of :data:`metamod.evaluate.methods.METHODS`) a delegated strategy runs
+            (``None`` for a single-prompt one).
     """
 
     key: str
     label: str
     template: str | None = None
-    method: type | None = None
+    method: str | None = None
 
 
 #: the seven strategies, in menu order
@@ -60,10 +61,10 @@ STRATEGIES: dict[str, Strategy] = {
     s.key: s
     for s in (
         Strategy("cot", "Chain-of-Thought", template="single_cot"),
-        Strategy("cot_sc", "Self-Consistency (CoT-SC)", method=SingleCoTSC),
-        Strategy("tot", "Tree-of-Thought", method=TreeOfThought),
+        Strategy("cot_sc", "Self-Consistency (CoT-SC)", method="single_cot_sc"),
+        Strategy("tot", "Tree-of-Thought", method="tot"),
         Strategy("analogical", "Analogical prompting", template="meta_reasoner_analogical"),
-        Strategy("self_refine", "Self-Refine", method=SingleReflection),
+        Strategy("self_refine", "Self-Refine", method="single_reflection"),
         Strategy("spp", "Solo Performance Prompting", template="meta_reasoner_spp"),
         Strategy("step_back", "Step-Back prompting", template="meta_reasoner_step_back"),
     )
@@ -134,6 +135,7 @@ class MetaReasoner(BaselineMethod):
     """Strategy selection by the backbone, then the chosen strategy (delegating to ToT / CoT-SC / reflection).
 
     >>> from metamod.evaluate.decision import LayerContext
+    >>> from metamod.evaluate.methods import build_method
     >>> from metamod.llm.base import Generation
     >>> class Fake:
     ...     name, context_length = "fake", None
@@ -141,20 +143,18 @@ class MetaReasoner(BaselineMethod):
     ...         def reply(c):
     ...             return "<strategy>step_back</strategy>" if "menu" in c[0]["content"] else "<answer>4</answer>"
     ...         return [Generation(reply(c), prompt_tokens=5, completion_tokens=3) for c in conversations]
-    >>> [out] = MetaReasoner(LayerContext(max_rounds=1, agent=Fake())).run(
+    >>> [out] = build_method("meta_reasoner", LayerContext(max_rounds=1, agent=Fake())).run(
     ...     [Example(id="q", question="2+2?", gold="4", kind="math")])
     >>> out.answer, out.details["strategy"], out.details["strategy_parsed"], out.completion_tokens
     ('4', 'step_back', True, 6)
     """
 
-    name, label = "meta_reasoner", "Meta-Reasoner"
-    config_knobs: ClassVar[tuple[str, ...]] = ("sc_samples",)  # its CoT-SC strategy samples sc_samples answers
     options_class = MetaReasonerOptions
 
-    def __init__(self, context: Any):
-        super().__init__(context)
+    def __init__(self, context: Any, spec: Any):
+        super().__init__(context, spec)
         # built now, so that a bad method_options["tot"] fails before any generation
-        self.delegates = {key: s.method(context) for key, s in STRATEGIES.items() if s.method is not None}
+        self.delegates = {key: build_method(s.method, context) for key, s in STRATEGIES.items() if s.method is not None}
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:
         """Select a strategy per question (one batched call), then apply each strategy to its questions.

@@ -133,6 +133,7 @@ class TreeOfThought(BaselineMethod):
     """ToT breadth-first search: generate, self-evaluate, keep the best; 4 batched calls at the default depth 2.
 
     >>> from metamod.evaluate.decision import LayerContext
+    >>> from metamod.evaluate.methods import build_method
     >>> from metamod.llm.base import Generation
     >>> class Fake:  # thoughts answer at once; the evaluator likes every other one
     ...     name, context_length, calls = "fake", None, []
@@ -142,12 +143,11 @@ class TreeOfThought(BaselineMethod):
     ...                  for i, c in enumerate(conversations) for _ in range(sampling.n)]
     ...         return [Generation(t, prompt_tokens=4, completion_tokens=2) for t in texts]
     >>> ctx = LayerContext(max_rounds=1, agent=Fake())
-    >>> [out] = TreeOfThought(ctx).run([Example(id="q", question="1+1?", gold="2", kind="math")])
+    >>> [out] = build_method("tot", ctx).run([Example(id="q", question="1+1?", gold="2", kind="math")])
     >>> out.answer, Fake.calls, out.details["levels"][0]["scores"], out.details["levels"][0]["kept"]
     ('0', [1, 5], [3.0, 8.0, 3.0, 8.0, 3.0], [1, 3])
     """
 
-    name, label = "tot", "ToT (BFS)"
     options_class = ToTOptions
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:

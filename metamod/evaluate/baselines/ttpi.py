@@ -121,6 +121,7 @@ class TTPI(BaselineMethod):
     """TTPI with PPL-only branch selection; one batched call per stage over every question and trigger.
 
     >>> from metamod.evaluate.decision import LayerContext
+    >>> from metamod.evaluate.methods import build_method
     >>> class Fake:  # "verify" continuations are the most likely; the third stage states the answer
     ...     name, context_length = "fake", None
     ...     def chat(self, conversations, sampling):
@@ -131,13 +132,12 @@ class TTPI(BaselineMethod):
     ...             sure = "double-check" in c[-1]["content"]
     ...             return Generation(text, completion_tokens=2, token_logprobs=[-0.1 if sure else -1.0] * 2)
     ...         return [reply(c) for c in conversations]
-    >>> [out] = TTPI(LayerContext(max_rounds=1, agent=Fake())).run([Example(id="q", question="2+2?", gold="4",
+    >>> [out] = build_method("ttpi", LayerContext(max_rounds=1, agent=Fake())).run([Example(id="q", question="2+2?", gold="4",
     ...                                                                     kind="math")])
     >>> out.answer, [s["chosen"] for s in out.details["stages"]], out.details["forced_final"]
     ('4', ['verify', 'verify'], False)
     """
 
-    name, label = "ttpi", "TTPI (PPL)"
     options_class = TTPIOptions
 
     def run(self, examples: list[Example]) -> list[SingleOutcome]:
