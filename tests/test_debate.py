@@ -6,6 +6,7 @@ import re
 import pytest
 
 from metamod.llm.base import Generation, SamplingConfig
+from metamod.memory.base import Guidance
 from metamod.prompts import render
 from metamod.rollout.debate import DebateStats, run_debates
 from metamod.rollout.debaters import TRIM_MARKER, DebateRequest, LLMDebaters
@@ -152,12 +153,12 @@ def test_trimming_oldest_peer_first_with_warning(caplog):
         peer_agents=[0, 1],
     )
     gen = ScriptedGenerator(0)
-    full = LLMDebaters(gen, SamplingConfig(max_tokens=20))._fit(request, "")[0]
+    full = LLMDebaters(gen, SamplingConfig(max_tokens=20))._fit(request, Guidance())[0]
     # room for the prompt minus ~40 words: only the first (oldest) peer needs cutting
     gen.context_length = gen.count_tokens(full) - 40 + 20
     group = LLMDebaters(gen, SamplingConfig(max_tokens=20))
     with caplog.at_level(logging.WARNING):
-        conversation, trimmed = group._fit(request, "")
+        conversation, trimmed = group._fit(request, Guidance())
     assert trimmed
     assert gen.count_tokens(conversation) <= gen.context_length - 20
     content = conversation[2]["content"]

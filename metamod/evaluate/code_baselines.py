@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from metamod.llm.base import Conversation, Generation
-from metamod.memory.base import ask_guidance, render_guidance, with_guidance
+from metamod.memory.base import ask_guidance
 from metamod.prompts import render
 from metamod.rollout.coding.agents import (
     DEDUCTION_CHECKS,
@@ -366,7 +366,7 @@ class CodeMethod(SingleAgentMethod):
     def first_message(self, example: Example, text: str) -> tuple[str, int]:
         """``text`` with the memory's guidance (role ``single``) in front, and how many guidance items it holds."""
         guidance = ask_guidance(self.context.memory, example, "single", method=self.name)
-        return with_guidance(text, render_guidance(guidance.text)), len(guidance.item_ids)
+        return guidance.prepend_to(text), len(guidance.item_ids)
 
     def step(
         self,

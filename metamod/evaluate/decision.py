@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metamod.llm.base import Generation, Generator, SamplingConfig, chat_checked
-from metamod.memory.base import ask, with_guidance
+from metamod.memory.base import ask_guidance
 from metamod.prompts import format_responses, render
 from metamod.rewards.moderator import STOP, final_answer, parse_decision
 from metamod.rollout.state import moderator_messages
@@ -212,11 +212,8 @@ class DecisionLayer(ABC):
         asked = Example(
             id=str(debate["id"]), question=str(debate["question"]), gold="", kind=debate.get("kind", "math")
         )
-        block = ask(self.context.memory, asked, role, step=round_index, method=self.name)
-        if not block:
-            return conversation
-        first = {**conversation[0], "content": with_guidance(conversation[0]["content"], block)}
-        return [first, *conversation[1:]]
+        guidance = ask_guidance(self.context.memory, asked, role, step=round_index, method=self.name)
+        return guidance.prepend_to_first(conversation)
 
     @abstractmethod
     def decide(self, round_index: int, debates: list[dict[str, Any]]) -> list[StepDecision]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from metamod.config import ConfigError
-from metamod.memory.base import ask
+from metamod.memory.base import ask_guidance
 from metamod.rollout.mro import MRORoles, MROStats, run_mro
 from metamod.rollout.mro.roles import LLMController, LLMMonitor, LLMReasoner, ModeratorController, ReasonerRequest
 from metamod.rollout.mro.simulated import MROSimulationConfig, simulated_roles
@@ -138,7 +138,7 @@ class AskingRole:
 
     def _ask(self, requests: list[Any]) -> None:
         for r in requests:
-            ask(self.memory, r.example, self.role, step=r.iteration - 1, method=self.method)
+            ask_guidance(self.memory, r.example, self.role, step=r.iteration - 1, method=self.method)
 
     def propose(self, requests: list[Any]) -> Any:
         self._ask(requests)

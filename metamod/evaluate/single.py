@@ -9,7 +9,7 @@
 =====================  =================================================================================
 
 With an LLM (``LayerContext.agent``) each step of each method is ONE batched ``generator.chat`` call over all
-questions. Memory guidance (role ``single``, :func:`metamod.memory.base.ask`), when non-empty, is prepended through
+questions. Memory guidance (role ``single``, :func:`metamod.memory.base.ask_guidance`), when non-empty, is prepended through
 the ``memory_guidance`` template.
 
 In the simulated world (``LayerContext.simulated_agent``, a simulated debater group) there are no prompts to vary,
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metamod.llm.base import Conversation, Generation, chat_checked
-from metamod.memory.base import ask, with_guidance
+from metamod.memory.base import ask_guidance
 from metamod.prompts import render
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer
@@ -98,7 +98,7 @@ class SingleAgentMethod:
     # ---- LLM helpers
     def _prompt(self, example: Example, template: str) -> str:
         text = render(template, question=example.prompt_text())
-        return with_guidance(text, ask(self.context.memory, example, "single", method=self.name))
+        return ask_guidance(self.context.memory, example, "single", method=self.name).prepend_to(text)
 
     def _chat(self, conversations: list[Conversation], *, n: int = 1) -> list[Generation]:
         sampling = dataclasses.replace(self.context.agent_sampling, n=n, seed=self.context.seed)
@@ -108,7 +108,7 @@ class SingleAgentMethod:
     def _sim(self, requests: list[Any], group: Any = None) -> list[Generation]:
         group = self.context.simulated_agent if group is None else group
         for request in requests:  # the simulated agent cannot read guidance, but asks like an LLM one would (so
-            ask(self.context.memory, request.example, "single", method=self.name)  # served ids are logged)
+            ask_guidance(self.context.memory, request.example, "single", method=self.name)  # served ids are logged)
         return list(group.respond(requests)) if requests else []
 
     @staticmethod

@@ -131,6 +131,28 @@ class Guidance:
         extra = ", policy=True" if self.policy else ""
         return f"Guidance(text={self.text!r}, item_ids={self.item_ids!r}{extra})"
 
+    def prepend_to(self, text: str) -> str:
+        """``text`` with this guidance in front, rendered through the ``memory_guidance`` template (``text`` itself
+        when there is none). The result remembers where the block ends, so the prompt budget can drop its items
+        first (:func:`with_guidance`).
+
+        >>> print(Guidance("- check units").prepend_to("Solve 2+2."))
+        Guidance from earlier problems (use it only where it applies):
+        - check units
+        <BLANKLINE>
+        Solve 2+2.
+        >>> Guidance().prepend_to("Solve 2+2.")
+        'Solve 2+2.'
+        """
+        return with_guidance(text, render_guidance(self.text))
+
+    def prepend_to_first(self, conversation: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """``conversation`` (a new list) with :meth:`prepend_to` applied to its first message."""
+        if not self.text.strip():
+            return list(conversation)
+        first = {**conversation[0], "content": self.prepend_to(conversation[0]["content"])}
+        return [first, *conversation[1:]]
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -217,8 +239,9 @@ def ask_guidance(
     step: int | None = None,
     method: str | None = None,
 ) -> Guidance:
-    """The memory's :class:`Guidance` for one prompt (empty without a memory): for builders that treat a policy
-    (``Guidance.policy``) differently from extra guidance; the others call :func:`ask`.
+    """THE way a prompt builder asks a memory: its :class:`Guidance` for one prompt (empty without a memory), which
+    the builder puts in front of its prompt with :meth:`Guidance.prepend_to` / :meth:`Guidance.prepend_to_first`
+    (or, for a policy answer, into its prompt's policy part).
 
     >>> from metamod.tasks.base import Example
     >>> ask_guidance(None, Example(id="q", question="?", gold="1", kind="math"), "reasoner")
@@ -227,28 +250,6 @@ def ask_guidance(
     if memory is None:
         return Guidance()
     return memory.guidance(GuidanceRequest(example, role, agent=agent, step=step, method=method))
-
-
-def ask(
-    memory: Any,
-    example: Example,
-    role: str,
-    *,
-    agent: int | None = None,
-    step: int | None = None,
-    method: str | None = None,
-) -> str:
-    """The rendered guidance block for one prompt ("" without a memory or guidance): what prompt builders call.
-
-    A policy answer (``Guidance.policy``) is rendered like any guidance here; builders that can put it in place
-    of their own policy use :func:`ask_guidance`.
-
-    >>> from metamod.tasks.base import Example
-    >>> ask(None, Example(id="q", question="?", gold="1", kind="math"), "judge")
-    ''
-    """
-    answer = ask_guidance(memory, example, role, agent=agent, step=step, method=method)
-    return render_guidance(answer.text)
 
 
 def with_guidance(text: str, block: str) -> str:

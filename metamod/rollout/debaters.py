@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig, chat_checked
 from metamod.llm.budget import cut_guidance
-from metamod.memory.base import render_guidance, with_guidance
+from metamod.memory.base import Guidance, ask_guidance
 from metamod.prompts import format_responses, render
 from metamod.tasks.base import Example
 
@@ -93,7 +93,7 @@ def debater_conversation(
     request: DebateRequest,
     *,
     confidence: bool = False,
-    guidance: str = "",
+    guidance: Guidance | None = None,
     peer_texts: list[str] | None = None,
     own_text: str | None = None,
 ) -> Conversation:
@@ -102,7 +102,8 @@ def debater_conversation(
     Args:
         request: the turn.
         confidence: append the ``confidence_instruction`` to the prompts.
-        guidance: memory guidance; non-empty guidance is prepended via the ``memory_guidance`` template.
+        guidance: the memory's guidance for this turn, put in front of the first message
+            (:meth:`~metamod.memory.base.Guidance.prepend_to`).
         peer_texts: override the peers' responses (used after trimming).
         own_text: override the own previous response (used after trimming).
 
@@ -112,8 +113,8 @@ def debater_conversation(
     question = request.example.prompt_text()
     conf = _confidence(confidence)
     initial = render("debater_initial", question=question, confidence=conf)
-    if guidance.strip():
-        initial = with_guidance(initial, render_guidance(guidance))
+    if guidance is not None:
+        initial = guidance.prepend_to(initial)
     if request.round == 0:
         return [{"role": "user", "content": initial}]
     peers = request.peer_previous if peer_texts is None else peer_texts
@@ -186,14 +187,9 @@ class LLMDebaters:
             **self.settings,
         }
 
-    def _guidance(self, request: DebateRequest) -> str:
-        """The memory's guidance body for this agent and round ("" without a memory)."""
-        if self.memory is None:
-            return ""
-        from metamod.memory.base import GuidanceRequest
-
-        asked = GuidanceRequest(request.example, "debater", agent=request.agent, step=request.round)
-        return self.memory.guidance(asked).text
+    def _guidance(self, request: DebateRequest) -> Guidance:
+        """The memory's guidance for this agent and round (empty without a memory)."""
+        return ask_guidance(self.memory, request.example, "debater", agent=request.agent, step=request.round)
 
     def _fits_by_bound(self, conversation: Conversation, budget: int) -> bool:
         """Cheap check that skips exact token counting: a text never has more tokens than UTF-8 bytes.
@@ -208,7 +204,7 @@ class LLMDebaters:
         bound = self._template_tokens[roles] + sum(len(m["content"].encode("utf-8")) + 8 for m in conversation)
         return bound <= budget
 
-    def _fit(self, request: DebateRequest, guidance: str) -> tuple[Conversation, bool]:
+    def _fit(self, request: DebateRequest, guidance: Guidance) -> tuple[Conversation, bool]:
         """Build the conversation; to fit, drop memory guidance first (the prompt budget's order,
         :mod:`metamod.llm.budget`), then shorten the oldest peer text, then the own previous one."""
         conversation = debater_conversation(request, confidence=self.confidence, guidance=guidance)
@@ -224,7 +220,7 @@ class LLMDebaters:
         conversation, used, _ = cut_guidance(conversation, budget, self.generator.count_tokens)
         if used <= budget:
             return conversation, True
-        guidance = ""  # every guidance item is gone; the history is next
+        guidance = Guidance()  # every guidance item is gone; the history is next
         texts = list(request.peer_previous) + [request.own_previous or ""]
         position = 0  # oldest (first-listed) peer first, the agent's own previous response last
         while used > budget and position < len(texts):

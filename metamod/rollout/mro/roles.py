@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig, chat_checked
-from metamod.memory.base import ask, ask_guidance, render_guidance, with_guidance
+from metamod.memory.base import ask_guidance
 from metamod.rewards.moderator import STOP, parse_decision
 from metamod.rollout.mro.parse import (
     ACCEPT,
@@ -167,7 +167,8 @@ class _LLMRole:
 
     def _guided(self, conversation: Conversation, example: Example, iteration: int) -> Conversation:
         """Prepend the memory's guidance block (any guidance, a composed policy too) to the first message."""
-        return _prepend(conversation, ask(self.memory, example, self.role, step=iteration - 1, method=self.method))
+        guidance = ask_guidance(self.memory, example, self.role, step=iteration - 1, method=self.method)
+        return guidance.prepend_to_first(conversation)
 
     def _policy_prompt(
         self, build: Callable[[str | None], Conversation], example: Example, iteration: int
@@ -182,7 +183,7 @@ class _LLMRole:
         g = ask_guidance(self.memory, example, self.role, step=iteration - 1, method=self.method)
         if g.policy and g.text.strip():
             return build(g.text)
-        return _prepend(build(None), render_guidance(g.text))
+        return g.prepend_to_first(build(None))
 
     def _chat(self, conversations: list[Conversation]) -> list[Generation]:
         if not conversations:
@@ -192,14 +193,6 @@ class _LLMRole:
         )
         self.num_calls += 1
         return generations
-
-
-def _prepend(conversation: Conversation, block: str) -> Conversation:
-    if not block:
-        return conversation
-    first = dict(conversation[0])
-    first["content"] = with_guidance(first["content"], block)
-    return [first, *conversation[1:]]
 
 
 class LLMReasoner(_LLMRole):
