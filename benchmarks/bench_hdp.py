@@ -24,7 +24,6 @@ from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from metamod.memory.hdp import HDPGMM
-from metamod.memory.hdp import kernel as hdp_kernel
 from metamod.memory.hdp.forms import FormCache
 
 
@@ -156,10 +155,7 @@ def speed(n: int, sweeps: int, dim: int, threads: int, save_state: str | None = 
     more, _, more_doms = synth(n + 4000, dim=dim)  # same mixture (means, scales, weights), other draws
     held, held_doms = more[n:], more_doms[n:]  # in-distribution rows for the online inserts (2 x 2,000)
     del more
-    kernel = "numba" if hdp_kernel.AVAILABLE else "numpy"
-    print(
-        f"\nfit with HDPGMM(threads={threads}, kernel={kernel!r}), {sweeps} sweeps  [{env_line(threads)}]", flush=True
-    )
+    print(f"\nfit with HDPGMM(threads={threads}), {sweeps} sweeps  [{env_line(threads)}]", flush=True)
     t0 = time.perf_counter()
     model = HDPGMM(sweeps=sweeps, burn_in=sweeps // 2, seed=0, threads=threads).fit(X, doms)
     fit_s = time.perf_counter() - t0
@@ -172,13 +168,12 @@ def speed(n: int, sweeps: int, dim: int, threads: int, save_state: str | None = 
     if save_state:
         np.savez(save_state, **state)
     gemm_s = gemm_pass(model)
-    side = {}  # one more settled sweep from the same state with each kernel (the same chain: same moves)
-    for name in ("numba", "numpy") if hdp_kernel.AVAILABLE else ("numpy",):
-        copy = HDPGMM.from_state_arrays(state, kernel=name)
-        share_cache(copy, model)
-        t0 = time.perf_counter()
-        moves, _ = copy._sweep()
-        side[name] = (time.perf_counter() - t0, moves)
+    copy = HDPGMM.from_state_arrays(state)  # one more settled sweep from the same state, forms recomputed
+    share_cache(copy, model)
+    t0 = time.perf_counter()
+    moves, _ = copy._sweep()
+    recomputed = (time.perf_counter() - t0, moves)
+    del copy
     # the same state, forms carried: one sweep fills the form cache (every block recomputed), the next replays
     carried = HDPGMM.from_state_arrays(state)
     share_cache(carried, model)
@@ -221,17 +216,12 @@ def speed(n: int, sweeps: int, dim: int, threads: int, save_state: str | None = 
         print(
             f"| its feature GEMMs alone (one pass, K = {K}) | {gemm_s:.2f} s | | sweep / GEMM = {last / gemm_s:.1f} |"
         )
-    for name, (sec, moves) in side.items():
-        ratio = (
-            f" | numpy / numba = {side['numpy'][0] / side['numba'][0]:.2f}"
-            if name == "numpy" and len(side) > 1
-            else " |"
-        )
-        print(f"| one more sweep, kernel={name}, forms recomputed ({moves} moves) | {sec:.2f} s | 1.5 s{ratio} |")
+    sec, moves = recomputed
+    print(f"| one more sweep, forms recomputed ({moves} moves) | {sec:.2f} s | 1.5 s | {sec / 1.5:.2f} |")
     sec, moves, replayed, blocks = replay
     print(
         f"| the sweep after that, forms carried ({moves} moves, {replayed} of {blocks} blocks replayed) | {sec:.2f} s "
-        f"| 1.5 s | recomputed / carried = {side[next(iter(side))][0] / sec:.2f} |"
+        f"| 1.5 s | recomputed / carried = {recomputed[0] / sec:.2f} |"
     )
     if sweeps >= 100:
         print(f"| whole {sweeps}-sweep fit | {fit_s:.0f} s | 240 s | {fit_s / 240:.2f} |")

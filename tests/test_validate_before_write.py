@@ -152,6 +152,7 @@ def test_r4_an_unknown_hdp_option_fails_before_any_fitting(tmp_path, capsys):
     out = tmp_path / "bc"
     argv = ["fit-cheatsheet", "--behaviours", str(mined), "--output_dir", str(out), *FIT]
     _fails([*argv, "--hdp_params", "{sweepz: 3}"], capsys, "hdp_params: unknown option 'sweepz'", "sweeps")
+    _fails([*argv, "--hdp_params", "{kernel: numpy}"], capsys, "hdp_params: kernel='numpy': expected one of ('auto'")
     _fails([*argv, "--projector_options", "{epochz: 3}"], capsys, "projector_options: unknown option 'epochz'")
     assert not out.exists()
 

@@ -6,7 +6,7 @@
 - :mod:`~metamod.memory.hdp.forms`: cached quadratic forms across a sweep's rank-one updates.
 - :mod:`~metamod.memory.hdp.online`: test-time inserts; :mod:`~metamod.memory.hdp.query`: retrieval scores.
 - :mod:`~metamod.memory.hdp.state`: save / load; :mod:`~metamod.memory.hdp.support`: input checks, BLAS threads.
-- :mod:`~metamod.memory.hdp.kernel`: the numba-compiled hot loops (numpy paths where numba is missing).
+- :mod:`~metamod.memory.hdp.kernel`: the numba-compiled hot loops (the only implementation of each).
 
 >>> from metamod.memory.hdp import HDPGMM
 >>> HDPGMM(sweeps=2, burn_in=1).sweeps

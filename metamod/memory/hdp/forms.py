@@ -13,8 +13,8 @@ A slot whose forms cannot be replayed (a birth into it, a reset) is marked at th
 around its mean (:func:`slot_forms`) for each block on that block's next visit.
 
 The cache lives only during :meth:`~metamod.memory.hdp.HDPGMM.fit`'s sweeps (``replay_forms=True``): every change
-of a component there goes through a move or a birth (logged by the compiled kernel or by
-:meth:`~metamod.memory.hdp.sweep._Block._apply`) or a compaction (:meth:`FormCache.remap`); refactorisations
+of a component there goes through a move or a birth (logged by the compiled kernel or, for the points it hands
+back, by :meth:`~metamod.memory.hdp.sweep._Block._apply`) or a compaction (:meth:`FormCache.remap`); refactorisations
 change the forms only by rounding. The replayed forms differ from recomputed ones by the GEMM dtype's rounding
 (tested against float64 forms after sweeps with moves, births and compactions).
 
@@ -154,7 +154,7 @@ class FormCache:
         """(K, B) forms of positions ``[start, stop)`` against slots ``[0, K)`` (a copy)."""
         return self.values[self.row_of[:K], start:stop]
 
-    def replay(self, start: int, stop: int, Y: np.ndarray, comps, *, compiled: bool = False) -> bool:
+    def replay(self, start: int, stop: int, Y: np.ndarray, comps) -> bool:
         """Bring positions ``[start, stop)`` (centred rows ``Y``, float64) up to date by replaying the log; False
         (nothing changed) when they were never computed, are current at different positions, or recomputing them
         from the features is cheaper."""
@@ -173,10 +173,7 @@ class FormCache:
             return False
         if len(keep):
             T = self.g[keep] @ Y.astype(self.dtype, copy=False).T  # (changes, B) g . y in the GEMM dtype
-            if compiled:
-                hdp_kernel.replay_forms_compiled(self.values, start, T, self.row[keep], self.scal[keep])
-            else:
-                _replay_numpy(self.values, start, T, self.row[keep], self.scal[keep])
+            hdp_kernel.replay_forms_compiled(self.values, start, T, self.row[keep], self.scal[keep])
         for k in stale:
             if comps.n[k] > 1e-9:
                 self.values[self.row_of[k], start:stop] = slot_forms(Y, comps, int(k), self.dtype)
@@ -190,15 +187,3 @@ def slot_forms(Y: np.ndarray, comps, k: int, dtype) -> np.ndarray:
     sums)."""
     d = (Y - comps.mu[k]).astype(dtype, copy=False)
     return ((d @ comps.prec[k].astype(dtype, copy=False)) * d).sum(axis=1, dtype=np.float64)
-
-
-def _replay_numpy(values: np.ndarray, start: int, T: np.ndarray, slots: np.ndarray, scal: np.ndarray) -> None:
-    """Add every change's form update to its row of ``values`` (numpy; :func:`hdp_kernel._replay_forms` compiled)."""
-    g_mu, r, a, s_h = (scal[:, i : i + 1] for i in range(4))
-    x = T.astype(np.float64)
-    v = x - (g_mu + r * a)
-    delta = (r * r * a + 2.0 * r * g_mu) - 2.0 * r * x - s_h * v * v
-    order = np.argsort(slots, kind="stable")
-    sorted_slots = slots[order]
-    heads = np.flatnonzero(np.r_[True, sorted_slots[1:] != sorted_slots[:-1]])
-    values[sorted_slots[heads], start : start + T.shape[1]] += np.add.reduceat(delta[order], heads, axis=0)

@@ -1,33 +1,32 @@
-"""Compiled kernels of the HDP-GMM: the sweep's sequential part, inserts, retrieval (numba, optional: ``[fast]``).
+"""Compiled kernels of the HDP-GMM: the sweep's sequential part, inserts, retrieval (numba, compiled on first use).
 
-:func:`block_moves` walks a block's points in order exactly like
-:meth:`metamod.memory.hdp.sweep._Block.draw` / ``_apply`` do with numpy calls: each point's full conditional from
-the block's quadratic forms ``Q``, log densities ``F`` and log weights ``LW`` (own component by the leave-one-out
-identity), an inverse-CDF draw with the point's pre-drawn uniform, and for a move between existing components the
-rank-1 statistics, precision (Sherman-Morrison) and determinant updates of both components plus the O(D) update of
-the rest of the block's ``Q`` / ``F`` rows. It stops and hands the point back to the numpy path for everything
-rarer: a draw of a new component (birth or beta re-split: those use the model's random generator), a component
-emptied or an ill-conditioned downdate; before a change of a slot due for refactorisation it returns ``REFRESH``
-(the caller refactorises those slots from their statistics and re-enters at the same point). With the same uniforms both paths give the same
-chain (tested in float64); the compiled one removes the per-point interpreter overhead. During a fit it also logs
-each move's two rank-1 changes for the form cache, and :func:`replay_forms_compiled` replays them onto a block's
-carried forms (:mod:`metamod.memory.hdp.forms`).
+:func:`block_moves` walks a block's points in order (:func:`metamod.memory.hdp.sweep.sweep_block`): each point's
+full conditional from the block's quadratic forms ``Q``, log densities ``F`` and log weights ``LW`` (own component
+by the leave-one-out identity), an inverse-CDF draw with the point's pre-drawn uniform, and for a move between
+existing components the rank-1 statistics, precision (Sherman-Morrison) and determinant updates of both components
+plus the O(D) update of the rest of the block's ``Q`` / ``F`` rows. It stops and hands the point back to Python
+(:meth:`metamod.memory.hdp.sweep._Block._apply`) for everything rarer: a draw of a new component (birth or beta
+re-split: those use the model's random generator), a component emptied or an ill-conditioned downdate; before a
+change of a slot due for refactorisation it returns ``REFRESH`` (the caller refactorises those slots from their
+statistics and re-enters at the same point). During a fit it also logs each move's two rank-1 changes for the form
+cache, and :func:`replay_forms_compiled` replays them onto a block's carried forms
+(:mod:`metamod.memory.hdp.forms`).
 
-The online inserts (:func:`insert_rows_compiled`, :mod:`metamod.memory.hdp.online`) and the retrieval scores
-(:mod:`metamod.memory.hdp.query`: quadratic features, ranking, and one call for a few queries) are compiled the
-same way.
+The online inserts (:func:`insert_rows_compiled`, :mod:`metamod.memory.hdp.online`), the quadratic features and
+packed coefficients (:mod:`metamod.memory.hdp.stats`) and the retrieval scores (:mod:`metamod.memory.hdp.query`:
+ranking, and one call for a few queries) are compiled the same way.
 
-Without numba :data:`AVAILABLE` is False and the numpy paths run (same results; weights to rounding).
+These are the only implementations in the package. The tests keep a numpy reference of every kernel
+(``tests/_hdp_reference.py``, the former numpy paths) and check that the compiled chain, with the same uniforms,
+equals the reference chain in float64 (retrieval weights to rounding, features bit for bit).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import numpy as np
 
-AVAILABLE = importlib.util.find_spec("numba") is not None  # an optional accelerator, imported on first use
 _COMPILED: dict[str, object] = {}
 
 DONE, HANDBACK, REFRESH = 0, 1, 2  # REFRESH: refactorise every slot with updates >= refresh_every, re-enter
@@ -242,8 +241,8 @@ def _insert_rows(
     threshold, tau_new, fold_min, comp, rho, touched,
 ):  # fmt: skip
     """Online inserts of batch rows ``[start, B)`` as :meth:`metamod.memory.hdp.online._Batch.insert` does them;
-    returns ``(row, code)``: ``DONE``, ``HANDBACK`` at a birth or a row whose fold-in needs the numpy path, or
-    ``REFRESH`` before a row that changes a slot due for refactorisation.
+    returns ``(row, code)``: ``DONE``, ``HANDBACK`` at a birth or a row whose fold-in is ill-conditioned (that row
+    goes through ``_Batch.insert``), or ``REFRESH`` before a row that changes a slot due for refactorisation.
 
     A fold-in's record ``g = P u`` needs the precision current; the two D x D rank-1 updates themselves (precision
     and ``S2``) are kept pending, up to :data:`PENDING` per slot: ``g = P u - sum_j s_j g_j (g_j . u)`` over the
@@ -368,8 +367,8 @@ def _insert_rows(
 
 
 def _features_row(x, offsets, phi):
-    """Quadratic features of one row ``x`` into ``phi`` (the products of
-    :func:`metamod.memory.hdp.stats.quad_features` in the same dtype, so the same bits)."""
+    """Quadratic features of one row ``x`` into ``phi`` (:func:`metamod.memory.hdp.stats.quad_features`: the
+    products ``x_i x_j`` in the row's dtype, so numpy's bits)."""
     D = x.shape[0]
     npair = offsets[D]
     for i in range(D):
@@ -400,8 +399,7 @@ def _nearest(x, C, csq):
 
 
 def _log_weights(ndk, beta, alpha, flat, K):
-    """(domains or 1, K) log mixture weights ``log(n_{d,k} + alpha beta_k)`` (flat: one row, ``log N_k``), as
-    :func:`metamod.memory.hdp.query.log_mixture_weights`."""
+    """(domains or 1, K) log mixture weights ``log(n_{d,k} + alpha beta_k)`` (flat: one row, ``log N_k``)."""
     if flat:
         out = np.empty((1, K))
         for k in range(K):
@@ -420,7 +418,7 @@ def _log_weights(ndk, beta, alpha, flat, K):
 def _rank_row(q, log_w, df, c, ln, D, top, order, weights, lg):
     """Rank the components for one query with quadratic forms ``q`` (K,) and log mixture weights ``log_w`` (K,):
     logits ``log_w[k] + log t_k(q)``, softmax weights, and the ``top`` largest, best first (ties: lower k first),
-    into ``order`` / ``weights`` (as :func:`metamod.memory.hdp.query.rank_logits` does with numpy); ``lg``: (K,)
+    into ``order`` / ``weights`` (the order :func:`metamod.memory.hdp.query.rank_logits` gives); ``lg``: (K,)
     scratch."""
     K = q.shape[0]
     mx = -np.inf
@@ -478,7 +476,7 @@ def _retrieve_rows(Q, mu0, C, csq, doms, ndk, beta, alpha, flat, coef, offsets, 
 
 def _pack_coefficients(slots, prec, mu, offsets, coef):
     """Packed quadratic-form coefficients ``[P_ij (x2 off the diagonal), -2 P mu, mu^T P mu]`` of ``slots`` into
-    the rows of ``coef`` (as :meth:`metamod.memory.hdp.stats.NIWComponents.coefficients` does with numpy)."""
+    the rows of ``coef`` (:meth:`metamod.memory.hdp.stats.NIWComponents.coefficients`)."""
     D = mu.shape[1]
     npair = offsets[D]
     for k in slots:
@@ -566,7 +564,7 @@ _HELPERS = (
 def _compiled(name: str, fn):
     """``fn`` compiled by numba once per process (cached on disk where the package folder is writable); the
     helpers the kernels call (:data:`_HELPERS`) are compiled first and replace their module globals (numba resolves
-    them as globals)."""
+    them as globals). numba is imported here, on first use, so importing the package stays cheap."""
     if name not in _COMPILED:
         import numba
 

@@ -1,4 +1,4 @@
-"""HDP Gaussian mixture (NIW prior, collapsed Gibbs) for the Bayesian Cheatsheet — numpy/scipy only.
+"""HDP Gaussian mixture (NIW prior, collapsed Gibbs) for the Bayesian Cheatsheet — numpy, scipy and numba.
 
 :class:`HDPGMM` follows the organiser interface (scikit-learn style): ``fit(X, domains)``, ``labels_``,
 ``n_components_``, ``component_ids_``, ``partial_fit`` (online novelty), ``refit`` (Gibbs sweep + KL merge),
@@ -13,15 +13,15 @@ each sweep table counts ``m_{d,k}`` are drawn (Antoniak) and ``beta ~ Dir(m_.1, 
 
 Sweep kernel (exact, blocked; :mod:`metamod.memory.hdp.sweep`): one GEMM of cached quadratic features per block
 gives every point's quadratic form against every component (``dtype`` float32 by default, log densities in
-float64); the points are then drawn in order, and a move updates the two touched components' precisions
-(Sherman-Morrison) and the rest of the block's quadratic forms against them in O(D) per point, so the result is
-the sequential Gibbs sweep. During ``fit`` the forms are carried between sweeps: a block replays the rank-1 changes
-logged since its last visit instead of recomputing them when that is cheaper (``replay_forms``,
-:mod:`metamod.memory.hdp.forms`; exact). Initialisation: an exact sequential CRP pass over a random subset of
-``init_size`` rows and ``init_sweeps`` Gibbs sweeps over them, then every other row drawn from its conditional
-given those components (a "new component" draw joins its most likely component); then ``sweeps``
-sweeps (the final state is kept; ``history_`` records K, log marginal likelihood, moves, seconds and replayed blocks per
-sweep, flagged ``burn_in`` for the first ``burn_in`` sweeps).
+float64); the points are then drawn in order in a compiled loop (:mod:`metamod.memory.hdp.kernel`), and a move
+updates the two touched components' precisions (Sherman-Morrison) and the rest of the block's quadratic forms
+against them in O(D) per point, so the result is the sequential Gibbs sweep. During ``fit`` the forms are carried
+between sweeps: a block replays the rank-1 changes logged since its last visit instead of recomputing them when
+that is cheaper (``replay_forms``, :mod:`metamod.memory.hdp.forms`; exact). Initialisation: an exact sequential
+CRP pass over a random subset of ``init_size`` rows and ``init_sweeps`` Gibbs sweeps over them, then every other
+row drawn from its conditional given those components (a "new component" draw joins its most likely component);
+then ``sweeps`` sweeps (the final state is kept; ``history_`` records K, log marginal likelihood, moves, seconds
+and replayed blocks per sweep, flagged ``burn_in`` for the first ``burn_in`` sweeps).
 
 Priors (``prior=``; explicit ``kappa0`` / ``nu0`` override the preset). ``"paper"`` is table 3: ``Psi0 =
 psi_scale x empirical covariance``, ``nu0 = D + 2``, ``kappa0 = 0.01``. ``"stable"`` (default):
@@ -62,7 +62,6 @@ from typing import Any
 
 import numpy as np
 
-from metamod.memory.hdp import kernel as hdp_kernel
 from metamod.memory.hdp import stats as hs
 from metamod.memory.hdp import support as sup
 from metamod.memory.hdp.forms import FormCache
@@ -86,7 +85,7 @@ PRIORS = ("stable", "paper")
 STABLE_NU0_FACTOR = 2  # the stable preset's nu0 = STABLE_NU0_FACTOR * D + 2 (see the module docstring)
 BIRTH_MODES = ("threshold", "sample")
 RETRIEVE_METHODS = ("predictive", "centroids")
-KERNELS = ("auto", "numba", "numpy")
+KERNELS = ("auto", "numba")  # both: the compiled kernels (the only ones; "numpy" was removed, see Args)
 
 
 class HDPGMM:
@@ -110,9 +109,11 @@ class HDPGMM:
             the other rows are labelled from them.
         feature_cache_gb: largest cache of the rows' quadratic features (F = D (D + 1) / 2 + D + 1 floats per
             row: 33.5 kB at D = 128, 4.4 GB for 130,000 rows); larger corpora are featurised per block (slower).
-        kernel: the sweep's sequential part, the online inserts and the retrieval ranking: "numba" (compiled,
-            :mod:`metamod.memory.hdp.kernel`), "numpy", or "auto" (numba when installed). Same chain either way
-            (retrieval weights to rounding).
+        kernel: "auto" (default) or "numba", the same thing: the sweep's sequential part, the online inserts and
+            the retrieval ranking always run compiled (:mod:`metamod.memory.hdp.kernel`; numba is a core
+            dependency). The option stays so that settings and saved states that name it keep working and
+            ``get_params`` keeps its keys. "numpy", the removed numpy path (it ran the same chain), is refused
+            here; a saved state that recorded it loads with "auto" (:meth:`from_state_arrays`).
         replay_forms: during ``fit``, keep every row's quadratic forms between sweeps and bring a block up to date
             by replaying the rank-1 changes of the moves since its last visit instead of recomputing it, when that
             is cheaper (:mod:`metamod.memory.hdp.forms`; a settled sweep moves a few hundred rows). Exact; results
@@ -172,9 +173,10 @@ class HDPGMM:
                 f"expected sweeps, burn_in >= 0, 1 <= block <= {SCAN_CHUNK} and init_size >= 1"
             )
         if kernel not in KERNELS:
-            raise ValueError(f"kernel={kernel!r}: expected one of {KERNELS}")
-        if kernel == "numba" and not hdp_kernel.AVAILABLE:
-            raise ValueError("kernel='numba': numba is not installed (pip install -e '.[fast]')")
+            raise ValueError(
+                f"kernel={kernel!r}: expected one of {KERNELS} (the sampler always runs its numba-compiled kernels; "
+                "the numpy path was removed)"
+            )
         if not feature_cache_gb >= 0:
             raise ValueError(f"feature_cache_gb={feature_cache_gb!r}: expected a size in GB >= 0")
         self.sweeps, self.burn_in, self.seed, self.gamma, self.alpha = (
@@ -196,10 +198,6 @@ class HDPGMM:
         return {
             name: getattr(self, name) for name in inspect.signature(type(self).__init__).parameters if name != "self"
         }
-
-    def _use_kernel(self) -> bool:
-        """Whether the sweep's sequential part runs compiled (``kernel``: "auto" = when numba is installed)."""
-        return self.kernel == "numba" or (self.kernel == "auto" and hdp_kernel.AVAILABLE)
 
     def _gemm_threads(self, rows: int):
         """BLAS thread scope for a product over ``rows`` points: one thread under 64, else ``threads``."""
@@ -584,5 +582,6 @@ class HDPGMM:
 
     @classmethod
     def from_state_arrays(cls, arrays: dict[str, np.ndarray], **params: Any) -> HDPGMM:
-        """Rebuild a model from :meth:`state_arrays` (``params`` override the saved constructor parameters)."""
+        """Rebuild a model from :meth:`state_arrays` (``params`` override the saved constructor parameters;
+        ``kernel="numpy"``, saved or given, loads as "auto": the same chain, compiled)."""
         return from_state_arrays(cls, arrays, **params)

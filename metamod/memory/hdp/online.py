@@ -8,9 +8,11 @@ responsible one (counts, CRF table). Rows are processed in batches of :data:`INS
 features against the packed coefficients) gives every row's quadratic forms against every component, and each
 soft update is a rank-1 change
 whose effect on the batch's later rows is applied in O(D) per row
-(:class:`~metamod.memory.hdp.stats.Rank1`) — the same sequential result as one row at a time. The compiled
-kernel also keeps each slot's D x D updates pending, a few at a time, and applies them in one pass
-(:func:`metamod.memory.hdp.kernel._insert_rows`).
+(:class:`~metamod.memory.hdp.stats.Rank1`) — the same sequential result as one row at a time. The rows run
+through one compiled loop (:func:`metamod.memory.hdp.kernel._insert_rows`), which also keeps each slot's D x D
+updates pending, a few at a time, and applies them in one pass; births and ill-conditioned fold-ins are handed back
+to :meth:`_Batch.insert` (tested equal, row by row, to the numpy reference in ``tests/_hdp_reference.py``: every row
+through :meth:`_Batch.insert`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from metamod.memory.hdp import kernel as hdp_kernel
 from metamod.memory.hdp.stats import quad_features, t_logpdf_from_q
 from metamod.memory.hdp.support import blas_threads
 
@@ -44,11 +47,7 @@ def _insert_block(model, first_row: int, Xc: np.ndarray, doms: np.ndarray, logf0
     with model._gemm_threads(len(Xc)):
         batch = _Batch(model, first_row, Xc, doms, logf0)
     with blas_threads(1):  # the rest is many small calls: one thread is faster
-        if model._use_kernel():
-            batch.compiled()
-        else:
-            for i in range(batch.size):
-                batch.insert(i)
+        batch.insert_all()
     model._medoid_stale.update(np.unique(batch.comp).tolist())  # a medoid changes only with its hard members
     return [
         {"component": int(k), "born": bool(b), "cause": cause, "rho_new": float(r)}
@@ -79,7 +78,8 @@ class _Batch:
         self.touched = np.concatenate([self.touched, np.zeros(16, dtype=bool)])
 
     def insert(self, i: int) -> None:
-        """Insert row ``i`` of the batch (numpy path; also every row the compiled path hands back)."""
+        """Insert row ``i`` of the batch in Python: a row :meth:`insert_all`'s compiled loop hands back (a birth, an
+        ill-conditioned fold-in, a slot due for refactorisation when ``refresh_every`` is 0)."""
         model, comps, D = self.model, self.comps, self.model.dim_
         K, d, xc = comps.size, int(self.doms[i]), self.Xc[i]
         w, w_new = model._prior_weights(d)
@@ -122,16 +122,14 @@ class _Batch:
                 model._mdk[d, k] += 1
         self.comp[i], self.rho[i], self.born[i], self.cause[i] = k, rho_new, cause is not None, cause
 
-    def compiled(self) -> None:
+    def insert_all(self) -> None:
         """All rows through :func:`metamod.memory.hdp.kernel.insert_rows_compiled`; births and the rare rows it
         hands back go through :meth:`insert`."""
-        from metamod.memory.hdp.kernel import DONE, REFRESH, insert_rows_compiled
-
         m, comps = self.model, self.comps
         i = 0
         while i < self.size:
             consts = comps.consts_padded(self.Q.shape[0])
-            i, code = insert_rows_compiled(
+            i, code = hdp_kernel.insert_rows_compiled(
                 self.Q, self.Xc, self.doms, self.logf0, self.u, i, m._z, self.first_row, comps.size,
                 comps.n, comps.S1, comps.S2, comps.mu, comps.prec, comps.logdet, comps.updates, comps.stale,
                 m._ndk, m._mdk, m._beta, float(m._beta_u), *consts, float(m.alpha), float(m.gamma),
@@ -139,9 +137,9 @@ class _Batch:
                 m.birth == "threshold", float(m.tau_new), FOLD_MIN, self.comp, self.rho, self.touched,
             )  # fmt: skip
             comps.version += 1  # statistics changed in place: drop cached constants
-            if code == DONE:
+            if code == hdp_kernel.DONE:
                 break
-            if code == REFRESH:
+            if code == hdp_kernel.REFRESH:
                 comps.refresh_due()
                 continue
             self.insert(i)

@@ -4,11 +4,10 @@
 quadratic forms against every component are one ``dtype`` product of its quadratic features with the packed
 coefficients (:meth:`~metamod.memory.hdp.stats.NIWComponents.coefficients`), in chunks of :data:`QUERY_CHUNK`
 queries so the features stay in cache; then Student-t log densities, the log mixture weights of the query's
-domain, a softmax and the ``top`` best. With numba (:mod:`metamod.memory.hdp.kernel`) and the model's ``kernel``
-"auto" or "numba", the ranking is compiled (no per-query interpreter work, no (K, n) temporaries); otherwise the
-same arithmetic runs in numpy (:func:`rank_logits`). Both give the same ranking; weights agree to float64 rounding.
-The features are built compiled whenever numba is installed (bit-identical to numpy's). BC-centroids ranks
-components by distance to their posterior means instead (:func:`centroid_logits`).
+domain, a softmax and the ``top`` best. Features and ranking are compiled (:mod:`metamod.memory.hdp.kernel`: no
+per-query interpreter work, no (K, n) temporaries; up to :data:`FUSED_MAX` queries in one call); they give the
+ranking of the numpy reference in ``tests/_hdp_reference.py`` (weights to float64 rounding). BC-centroids ranks
+components by distance to their posterior means instead (:func:`centroid_logits`, ranked by :func:`rank_logits`).
 
 >>> import numpy as np
 >>> logits = np.log(np.array([[0.2, 0.5], [0.5, 0.25], [0.3, 0.25]]))  # (K, n): 3 components, 2 queries
@@ -22,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from metamod.memory.hdp import kernel as hdp_kernel
-from metamod.memory.hdp.stats import feature_offsets, quad_features, t_logpdf_from_q
+from metamod.memory.hdp.stats import feature_offsets, quad_features
 
 QUERY_CHUNK = 256  # queries per feature block: 256 x 8,385 float32 = 8.6 MB at D = 128 (stays in L3)
 FUSED_MAX = 16  # up to this many queries: one compiled call, a matrix-vector product per query
@@ -37,13 +36,6 @@ def rank_logits(logits: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(order.T), np.ascontiguousarray(np.take_along_axis(W, order, axis=0).T)
 
 
-def log_mixture_weights(model, K: int) -> np.ndarray:
-    """(domains or 1, K) log mixture weights: ``log(n_{d,k} + alpha beta_k)``, flat: ``log N_k`` (one row)."""
-    if model.flat:
-        return np.log(np.maximum(model._ndk[:, :K].sum(axis=0), 1e-300))[None, :]
-    return np.log(model._ndk[:, :K] + model.alpha * model._beta[:K])
-
-
 def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> tuple[np.ndarray, np.ndarray]:
     """``(order, weights)`` (n, top) of predictive retrieval for queries ``Q`` (original coordinates) in domains
     ``doms`` (None: each query's nearest domain centroid; ignored for a flat model)."""
@@ -53,10 +45,9 @@ def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> 
     df, c, ln = comps.consts()
     order = np.empty((n, top), dtype=np.int64)  # every entry is written (top <= K)
     weights = np.empty((n, top))
-    compiled = model._use_kernel()
     if model.flat:  # one pooled row of mixture weights: no domain to predict
         doms = np.zeros(n, dtype=np.int64)
-    if compiled and n <= FUSED_MAX:  # one compiled call does everything, query by query
+    if n <= FUSED_MAX:  # one compiled call does everything, query by query
         C, csq = model._centroids()
         rows = np.full(n, -1, dtype=np.int64) if doms is None else np.asarray(doms, dtype=np.int64)
         hdp_kernel.retrieve_rows_compiled(
@@ -67,21 +58,14 @@ def predictive_rank(model, Q: np.ndarray, doms: np.ndarray | None, top: int) -> 
     rows = model._nearest_domain(Q) if doms is None else np.asarray(doms, dtype=np.int64)
     X = np.ascontiguousarray(Q - model.mu0_, dtype=comps.dtype)
     phi = np.empty((min(n, QUERY_CHUNK), coef.shape[1]), dtype=comps.dtype)
-    log_w = None if compiled else log_mixture_weights(model, K)
     with model._gemm_threads(n):
         for s in range(0, n, QUERY_CHUNK):
             e = min(s + QUERY_CHUNK, n)
             q = quad_features(X[s:e], out=phi[: e - s]) @ coef.T  # (e - s, K)
-            if log_w is None:
-                hdp_kernel.rank_rows_compiled(
-                    q, rows[s:e], model._ndk, model._beta, float(model.alpha), bool(model.flat),
-                    df, c, ln, float(model.dim_), top, order[s:e], weights[s:e],
-                )  # fmt: skip
-            else:
-                logits = log_w[rows[s:e]].T + t_logpdf_from_q(
-                    q.T.astype(np.float64), df[:, None], c[:, None], ln[:, None], model.dim_
-                )
-                order[s:e], weights[s:e] = rank_logits(logits, top)
+            hdp_kernel.rank_rows_compiled(
+                q, rows[s:e], model._ndk, model._beta, float(model.alpha), bool(model.flat),
+                df, c, ln, float(model.dim_), top, order[s:e], weights[s:e],
+            )  # fmt: skip
     return order, weights
 
 

@@ -13,11 +13,14 @@ True
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import numpy as np
 
 from metamod.memory.hdp import support as sup
+
+logger = logging.getLogger(__name__)
 
 
 def state_arrays(model) -> dict[str, np.ndarray]:
@@ -62,9 +65,13 @@ def _state_views(model, K: int) -> dict[str, np.ndarray]:
 def from_state_arrays(cls, arrays: dict[str, np.ndarray], **params: Any):
     """Rebuild a ``cls`` model from :func:`state_arrays` (``params`` override the saved constructor parameters);
     states saved before the precision form (``winv``) or the scan order existed load with fresh factors and
-    ``scan = arange(n)``."""
+    ``scan = arange(n)``, and ``kernel="numpy"`` (the removed numpy path of the same chain) loads as "auto"."""
     saved = json.loads(bytes(np.asarray(arrays["params"], dtype=np.uint8)).decode())
-    model = cls(**{**saved, **params})
+    merged = {**saved, **params}
+    if merged.get("kernel") == "numpy":
+        logger.info("HDP-GMM state with kernel='numpy' (the removed numpy path): loaded with kernel='auto'")
+        merged["kernel"] = "auto"
+    model = cls(**merged)
     X = np.asarray(arrays["X"], dtype=np.float64)
     model.dim_, model.n_domains_ = X.shape[1], len(arrays["dom_count"])
     model.mu0_ = np.asarray(arrays["mu0"], dtype=np.float64)

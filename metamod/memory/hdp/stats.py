@@ -44,21 +44,14 @@ from metamod.memory.hdp import kernel as hdp_kernel
 
 LOG_PI = float(np.log(np.pi))
 _ger = blas.dger  # a += alpha x y^T in place (Fortran-order a)
-_TRIU: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-
-
-def _triu(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(iu, ju, multiplicity, offsets)`` of the packed upper triangle (row-major, as ``np.triu_indices``)."""
-    if dim not in _TRIU:
-        iu, ju = np.triu_indices(dim)
-        offsets = np.concatenate([[0], np.cumsum(dim - np.arange(dim))]).astype(np.int64)
-        _TRIU[dim] = (iu, ju, np.where(iu == ju, 1.0, 2.0), offsets)
-    return _TRIU[dim]
+_OFFSETS: dict[int, np.ndarray] = {}
 
 
 def feature_offsets(dim: int) -> np.ndarray:
     """(D + 1,) int64 start of each triangle row in :func:`quad_features`' columns (the last: ``D (D + 1) / 2``)."""
-    return _triu(dim)[3]
+    if dim not in _OFFSETS:
+        _OFFSETS[dim] = np.concatenate([[0], np.cumsum(dim - np.arange(dim))]).astype(np.int64)
+    return _OFFSETS[dim]
 
 
 def n_features(dim: int) -> int:
@@ -67,29 +60,22 @@ def n_features(dim: int) -> int:
 
 
 def quad_features(X: np.ndarray, *, dtype=None, out: np.ndarray | None = None) -> np.ndarray:
-    """Quadratic features ``[x_i x_j (i <= j, row-major), x, 1]`` of the rows of ``X`` (n, D) -> (n, F).
-
-    Compiled (:func:`metamod.memory.hdp.kernel.quad_features_compiled`, the same products, bit for bit) when numba
-    is installed; otherwise one slice product per row of the triangle (D calls), a gather for a handful of rows.
+    """Quadratic features ``[x_i x_j (i <= j, row-major), x, 1]`` of the rows of ``X`` (n, D) -> (n, F), in
+    ``dtype`` (default: X's; float32 or float64), into ``out`` when given (same dtype). Compiled
+    (:func:`metamod.memory.hdp.kernel.quad_features_compiled`: the same products as numpy's, bit for bit).
 
     >>> quad_features(np.array([[2.0, 3.0]])).tolist()
     [[4.0, 6.0, 9.0, 2.0, 3.0, 1.0]]
     """
-    X = np.asarray(X, dtype=dtype if dtype is not None else np.asarray(X).dtype)
+    X = np.ascontiguousarray(X, dtype=dtype if dtype is not None else np.asarray(X).dtype)
+    if X.dtype not in (np.float32, np.float64):
+        raise ValueError(f"quad_features: X has dtype {X.dtype}; expected float32 or float64")
     n, D = X.shape
-    iu, ju, _, offsets = _triu(D)
-    npair = offsets[-1]
     if out is None:
-        out = np.empty((n, npair + D + 1), dtype=X.dtype)
-    if hdp_kernel.AVAILABLE and X.dtype in (np.float32, np.float64) and out.dtype == X.dtype:
-        hdp_kernel.quad_features_compiled(np.ascontiguousarray(X), offsets, out)
-    elif n <= 8:
-        np.multiply(X[:, iu], X[:, ju], out=out[:, :npair])
-    else:
-        for i in range(D):
-            np.multiply(X[:, i : i + 1], X[:, i:], out=out[:, offsets[i] : offsets[i + 1]])
-    out[:, npair : npair + D] = X
-    out[:, -1] = 1.0
+        out = np.empty((n, n_features(D)), dtype=X.dtype)
+    elif out.dtype != X.dtype:
+        raise ValueError(f"quad_features: out has dtype {out.dtype}; expected X's dtype {X.dtype}")
+    hdp_kernel.quad_features_compiled(X, feature_offsets(D), out)
     return out
 
 
@@ -114,24 +100,6 @@ class Rank1(NamedTuple):
         t = (Y @ self.g if t is None else t) - self.g_mu
         v = t - self.r * self.a
         return q - 2.0 * self.r * t + self.r * self.r * self.a - self.s_h * v * v
-
-
-def loo_quadratic(q: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Leave-one-out terms for a point that is inside a component's statistics.
-
-    With ``u = x - mu_n``, ``q = u^T Psi_n^{-1} u`` and ``s = kappa_n / (kappa_n - 1)``, removing ``x`` gives
-    ``Psi_- = Psi_n - s u u^T``, hence ``det Psi_- = det Psi_n (1 - s q)`` and
-    ``(x - mu_-)^T Psi_-^{-1} (x - mu_-) = s^2 q / (1 - s q)`` (Sherman-Morrison with ``x - mu_- = s u``).
-
-    Returns:
-        ``(q_loo, log(1 - s q))`` — the LOO Psi-metric quadratic form and the log-determinant change.
-
-    >>> q, s = np.array([0.2]), np.array([2.0])
-    >>> [round(float(a[0]), 6) for a in loo_quadratic(q, s)]
-    [1.333333, -0.510826]
-    """
-    one_minus = np.maximum(1.0 - s * q, 1e-300)
-    return s * s * q / one_minus, np.log(one_minus)
 
 
 def student_t_consts(kappa: np.ndarray, nu: np.ndarray, logdet_psi: np.ndarray, dim: int):
@@ -368,26 +336,14 @@ class NIWComponents:
         return out
 
     def coefficients(self, K: int | None = None) -> np.ndarray:
-        """(K, F) packed quadratic-form coefficients of the first ``K`` slots (stale rows repacked first; compiled
-        with numba)."""
+        """(K, F) packed quadratic-form coefficients of the first ``K`` slots (stale rows repacked first, compiled:
+        :func:`metamod.memory.hdp.kernel.pack_coefficients_compiled`)."""
         K = self.size if K is None else K
         if not self.stale[:K].any():
             return self.coef[:K]
         stale = np.flatnonzero(self.stale[:K])
-        if len(stale) and hdp_kernel.AVAILABLE:
-            hdp_kernel.pack_coefficients_compiled(stale, self.prec, self.mu, feature_offsets(self.dim), self.coef)
-            self.stale[stale] = False
-        elif len(stale):
-            iu, ju, mult, offsets = _triu(self.dim)
-            npair, D = offsets[-1], self.dim
-            P, mu = self.prec[stale], self.mu[stale]
-            Pmu = np.einsum("kde,ke->kd", P, mu)
-            block = np.empty((len(stale), n_features(D)))
-            np.multiply(np.take(P.reshape(len(stale), D * D), iu * D + ju, axis=1), mult, out=block[:, :npair])
-            block[:, npair : npair + D] = -2.0 * Pmu
-            block[:, -1] = np.einsum("kd,kd->k", Pmu, mu)
-            self.coef[stale] = block
-            self.stale[stale] = False
+        hdp_kernel.pack_coefficients_compiled(stale, self.prec, self.mu, feature_offsets(self.dim), self.coef)
+        self.stale[stale] = False
         return self.coef[:K]
 
     def quad_packed(self, phi: np.ndarray, K: int | None = None) -> np.ndarray:

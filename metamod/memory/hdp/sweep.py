@@ -9,35 +9,26 @@ quadratic features as a view instead of gathering rows.
 Per block of ``block`` points (one GEMM, :meth:`NIWComponents.quad_packed`; during a fit, the forms carried from
 the block's last visit with the rank-1 changes logged since replayed, when cheaper: :func:`block_forms`,
 :mod:`metamod.memory.hdp.forms`): every point's Psi-metric quadratic form against every component. Then the
-block is processed in sub-blocks of :data:`EVENT_BLOCK` points: all remaining points of the sub-block are drawn at once by inverse CDF with one pre-drawn uniform each; at the first
-point whose draw changes the state (a move, a birth, a beta re-split) the change is applied and the sub-block is
-redrawn from the next point. A move is a rank-1 change of two components (:class:`~metamod.memory.hdp.stats.Rank1`),
-so the quadratic forms of the rest of the block against them are updated in O(D) per point, not recomputed.
-The own component enters through the O(1) leave-one-out identity
-(:func:`~metamod.memory.hdp.stats.loo_quadratic`); points whose leave-one-out term is ill-conditioned in the GEMM
-``dtype`` (a point that carries most of a small component) get their own quadratic form recomputed in float64.
-The result is the sequential Gibbs sweep in that scan order (tested equal to ``block=1``). With numba installed
-the draws and moves of a block run in one compiled loop instead (:mod:`metamod.memory.hdp.kernel`; the same chain,
-tested), which hands births, beta re-splits and emptied components back to :meth:`_Block._apply`.
+block's points are drawn in order, each by inverse CDF with one pre-drawn uniform, in one compiled loop
+(:func:`metamod.memory.hdp.kernel.block_moves`). The own component enters through the O(1) leave-one-out identity
+(removing the point gives ``q_loo = s^2 q / (1 - s q)`` and ``det Psi_- = det Psi (1 - s q)``, ``s = kappa /
+(kappa - 1)``); points whose leave-one-out term is ill-conditioned in the GEMM ``dtype`` (a point that carries most
+of a small component) get their own quadratic form recomputed in float64 first. A move is a rank-1 change of two
+components (:class:`~metamod.memory.hdp.stats.Rank1`), so the quadratic forms of the rest of the block against them
+are updated in O(D) per point, not recomputed. Births, beta re-splits and emptied components are handed back to
+:meth:`_Block._apply`. The result is the sequential Gibbs sweep in that scan order (tested equal to ``block=1``,
+and equal in float64 to the numpy reference sweep in ``tests/_hdp_reference.py``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from metamod.memory.hdp.stats import (
-    gaussian_sym_kl,
-    loo_quadratic,
-    n_features,
-    posterior_gaussians,
-    quad_features,
-    student_t_consts,
-    t_logpdf_from_q,
-)
+from metamod.memory.hdp import kernel as hdp_kernel
+from metamod.memory.hdp.stats import gaussian_sym_kl, n_features, posterior_gaussians, quad_features, t_logpdf_from_q
 from metamod.memory.hdp.support import antoniak_tables, blas_threads
 
 SCAN_CHUNK = 1024  # storage positions per scan chunk (the largest allowed ``block``)
-EVENT_BLOCK = 128  # points redrawn together after a state change
 LOO_GUARD = 0.25  # recompute a point's own quadratic form in float64 when 1 - s q falls below this
 
 
@@ -111,13 +102,13 @@ def gibbs_sweep(model, stop: int | None = None) -> tuple[int, int]:
     return moves, births
 
 
-def block_forms(model, start: int, stop: int, compiled: bool) -> np.ndarray:
+def block_forms(model, start: int, stop: int) -> np.ndarray:
     """(K, B) quadratic forms of storage positions ``[start, stop)`` against every slot: replayed from the form
     cache when that is cheaper (:mod:`metamod.memory.hdp.forms`), else one GEMM of the cached features."""
     store, cache, K = model._store, model._form_cache, model.comps.size
     if cache is not None:
         with model._gemm_threads(stop - start):
-            if cache.replay(start, stop, store.centred(start, stop, model._Xc64), model.comps, compiled=compiled):
+            if cache.replay(start, stop, store.centred(start, stop, model._Xc64), model.comps):
                 return cache.forms_of(start, stop, K)
     phi = store.features(start, stop, model._Xc, model._Xc64)
     with model._gemm_threads(stop - start):
@@ -128,54 +119,11 @@ def block_forms(model, start: int, stop: int, compiled: bool) -> np.ndarray:
 
 
 def sweep_block(model, start: int, stop: int, u: np.ndarray) -> tuple[int, int]:
-    """Gibbs updates of the points at storage positions ``[start, stop)`` in order, with uniforms ``u``."""
-    store = model._store
-    compiled = model._use_kernel()
-    Q = block_forms(model, start, stop, compiled)
+    """Gibbs updates of the points at storage positions ``[start, stop)`` in order, with uniforms ``u``; returns
+    (moves, births)."""
+    Q = block_forms(model, start, stop)
     with blas_threads(1):  # the rest is many small calls: one thread is faster
-        block = _Block(model, start, store.scan[start:stop], Q, track_own=not compiled)
-        if compiled:
-            return _compiled_moves(block, u)
-        moves = births = 0
-        for lo in range(0, block.size, EVENT_BLOCK):
-            m, b = block.draw(u, lo, min(lo + EVENT_BLOCK, block.size))
-            moves, births = moves + m, births + b
-    return moves, births
-
-
-def _compiled_moves(block: _Block, u: np.ndarray) -> tuple[int, int]:
-    """The block's draws through :func:`metamod.memory.hdp.kernel.block_moves`; the points it hands back
-    (new-component draws, emptied components, refactorisations) go through :meth:`_Block._apply`."""
-    from metamod.memory.hdp.kernel import DONE, REFRESH, block_moves
-
-    m, comps, cache = block.model, block.comps, block.model._form_cache
-    moves = births = 0
-    pos = 0
-    while pos < block.size:
-        consts = comps.consts_padded(block.Q.shape[0])
-        if cache is not None:
-            cache.reserve(2 * (block.size - pos))
-            log = (cache.row_of, cache.row, cache.g, cache.scal, cache.count)
-        else:
-            log = _no_log(comps.dtype)
-        pos, code, pick, done = block_moves(
-            block.Q, block.F, block.LW, block.Y, block.z, block.doms, block.logf0, u, block.rows, m._z, pos,
-            block.size, comps.size, comps.n, comps.S1, comps.S2, comps.mu, comps.prec, comps.logdet, comps.updates,
-            comps.stale, m._ndk, m._beta, np.array([m._beta_u]), *consts, float(m.alpha), float(m.gamma),
-            bool(m.flat), float(m.kappa0_), float(m.nu0_), float(comps.refresh_every), *log,
-        )  # fmt: skip
-        comps.version += 1  # the kernel changed statistics in place: drop cached constants
-        moves += done
-        if code == DONE:
-            break
-        if code == REFRESH:
-            comps.refresh_due()
-            continue
-        old = int(block.z[pos])
-        births += block._apply(pos, int(pick))
-        moves += int(block.z[pos] != old)
-        pos += 1
-    return moves, births
+        return _Block(model, start, model._store.scan[start:stop], Q).draw(u)
 
 
 def _no_log(dtype) -> tuple:
@@ -192,10 +140,9 @@ def _no_log(dtype) -> tuple:
 
 class _Block:
     """One block's state, kept equal to the current state's full conditionals as points move: quadratic forms
-    ``Q`` and log densities ``F`` (slots x points), per-domain log mixture weights ``LW`` (domains x slots), and
-    per point the own-component logit (leave-one-out density and count) and the new-component logit."""
+    ``Q`` and log densities ``F`` (slots x points) and per-domain log mixture weights ``LW`` (domains x slots)."""
 
-    def __init__(self, model, start: int, rows: np.ndarray, Q: np.ndarray, *, track_own: bool = True) -> None:
+    def __init__(self, model, start: int, rows: np.ndarray, Q: np.ndarray) -> None:
         self.model, self.comps, self.rows = model, model.comps, rows
         self.size = len(rows)
         self.Y = model._store.centred(start, start + self.size, model._Xc64)
@@ -210,9 +157,39 @@ class _Block:
         self.F[:K] = t_logpdf_from_q(self.Q[:K], df[:, None], c[:, None], ln[:, None], model.dim_)
         self.LW = np.zeros((1 if model.flat else model.n_domains_, self.Q.shape[0]))
         self._weights(np.arange(K))
-        self.track_own = track_own  # the per-point own / new logits of :meth:`draw` (not needed by the kernel)
-        self.own, self.new = np.empty(self.size), np.empty(self.size)
-        self._own_terms(np.arange(self.size))
+
+    def draw(self, u: np.ndarray) -> tuple[int, int]:
+        """The block's draws through :func:`metamod.memory.hdp.kernel.block_moves`; the points it hands back
+        (new-component draws, emptied components, refactorisations) go through :meth:`_apply`. Returns
+        (moves, births)."""
+        m, comps, cache = self.model, self.comps, self.model._form_cache
+        moves = births = 0
+        pos = 0
+        while pos < self.size:
+            consts = comps.consts_padded(self.Q.shape[0])
+            if cache is not None:
+                cache.reserve(2 * (self.size - pos))
+                log = (cache.row_of, cache.row, cache.g, cache.scal, cache.count)
+            else:
+                log = _no_log(comps.dtype)
+            pos, code, pick, done = hdp_kernel.block_moves(
+                self.Q, self.F, self.LW, self.Y, self.z, self.doms, self.logf0, u, self.rows, m._z, pos,
+                self.size, comps.size, comps.n, comps.S1, comps.S2, comps.mu, comps.prec, comps.logdet, comps.updates,
+                comps.stale, m._ndk, m._beta, np.array([m._beta_u]), *consts, float(m.alpha), float(m.gamma),
+                bool(m.flat), float(m.kappa0_), float(m.nu0_), float(comps.refresh_every), *log,
+            )  # fmt: skip
+            comps.version += 1  # the kernel changed statistics in place: drop cached constants
+            moves += done
+            if code == hdp_kernel.DONE:
+                break
+            if code == hdp_kernel.REFRESH:
+                comps.refresh_due()
+                continue
+            old = int(self.z[pos])
+            births += self._apply(pos, int(pick))
+            moves += int(self.z[pos] != old)
+            pos += 1
+        return moves, births
 
     def _guard_own(self) -> None:
         """Recompute in float64 the own quadratic forms whose leave-one-out term amplifies GEMM rounding."""
@@ -235,68 +212,16 @@ class _Block:
             else:
                 self.LW[:, ks] = np.log(m._ndk[:, ks] + m.alpha * m._beta[ks])
 
-    def _own_terms(self, cols: np.ndarray) -> None:
-        """Own-component logits (leave-one-out density, count minus the point; a singleton's component goes with
-        it) and new-component logits of block positions ``cols``."""
-        if not len(cols) or not self.track_own:
-            return
-        m, comps, D = self.model, self.comps, self.model.dim_
-        a = self.z[cols]
-        na = comps.n[a]
-        single = na <= 1.0 + 1e-9
-        kap = m.kappa0_ + na
-        q_loo, dlog = loo_quadratic(self.Q[a, cols], kap / (kap - 1.0))
-        df_m, c_m, ln_m = student_t_consts(kap - 1.0, m.nu0_ + na - 1.0, comps.logdet[a] + dlog, D)
-        if m.flat:
-            w_own = m._ndk[:, a].sum(axis=0) - 1.0
-            self.new[cols] = np.log(m.gamma) + self.logf0[cols]
-        else:
-            w_own = np.where(single, 0.0, m._ndk[self.doms[cols], a] - 1.0 + m.alpha * m._beta[a])
-            w_new = m.alpha * (m._beta_u + np.where(single, m._beta[a], 0.0))
-            self.new[cols] = np.log(w_new) + self.logf0[cols]
-        with np.errstate(divide="ignore"):
-            self.own[cols] = np.log(np.maximum(w_own, 0.0)) + t_logpdf_from_q(q_loo, df_m, c_m, ln_m, D)
-
-    def draw(self, u: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
-        """Sequential draws for block positions ``[lo, hi)``; each state change updates the rest of the block."""
-        m, comps = self.model, self.comps
-        moves = births = 0
-        start = lo
-        while start < hi:
-            K, sel = comps.size, slice(start, hi)
-            a = self.z[sel]
-            logits = np.empty((K + 1, hi - start))
-            np.add((self.LW[:1, :K] if m.flat else self.LW[self.doms[sel], :K]).T, self.F[:K, sel], out=logits[:K])
-            logits[a, np.arange(hi - start)] = self.own[sel]
-            logits[K] = self.new[sel]
-            p = np.exp(logits - logits.max(axis=0))
-            cum = np.cumsum(p, axis=0)
-            pick = np.minimum((cum < u[sel] * cum[-1]).sum(axis=0), K)
-            event = pick != a
-            if m.flat:  # a singleton redrawn as "new" is the same state
-                event &= ~((comps.n[a] <= 1.0 + 1e-9) & (pick == K))
-            hits = np.flatnonzero(event)
-            if not len(hits):
-                break
-            j = start + int(hits[0])
-            old = int(self.z[j])
-            births += self._apply(j, int(pick[hits[0]]))
-            moves += int(self.z[j] != old)
-            start = j + 1
-        return moves, births
-
     def _apply(self, j: int, new: int) -> int:
         """Apply the draw of block position ``j`` (slot ``new``; ``K`` = a new component); returns births."""
         model, comps = self.model, self.comps
         K, old = comps.size, int(self.z[j])
         i, x, d = int(self.rows[j]), self.Y[j], int(self.doms[j])
-        beta_u = model._beta_u
         if new == K and comps.n[old] <= 1.0 + 1e-9:  # singleton redrawn as new: stays, beta re-split
             tot = model._beta_u + model._beta[old]
             b = model._rng.beta(1.0, model.gamma)
             model._beta[old], model._beta_u = b * tot, (1.0 - b) * tot
             self._weights([old])
-            self._own_terms(np.arange(j + 1, self.size))
             return 0
         change_old = comps.remove(old, x)
         cache = model._form_cache
@@ -319,11 +244,6 @@ class _Block:
         self.z[j] = new
         self._follow(j + 1, [(old, change_old), (new, None if born else change_new)])
         self._weights([old, new])
-        rest = self.z[j + 1 :]
-        if model._beta_u != beta_u:  # every new-component logit changed
-            self._own_terms(np.arange(j + 1, self.size))
-        else:
-            self._own_terms(j + 1 + np.flatnonzero((rest == old) | (rest == new)))
         return born
 
     def _follow(self, start: int, changes: list) -> None:
