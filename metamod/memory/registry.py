@@ -1,6 +1,7 @@
 """Which memories exist, their options, the memory LLM, and how to build one.
 
-``MEMORIES`` is the one ``name -> class`` dict for this extension point. Each memory class has an ``options_class``
+``MEMORIES`` is the one ``name -> class path`` table for this extension point (a class is imported when a memory
+of its name is built or checked, so reading a config imports no memory code). Each memory class has an ``options_class``
 (a dataclass with help text and checks): ``memory_options`` in a config is validated against its fields, so a
 typo or an option of another memory is refused with the valid names.
 
@@ -25,28 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metamod.memory.ace import ACEMemory
 from metamod.memory.base import MANIFEST, Memory, NoMemory
-from metamod.memory.behaviour_bank import BehaviourBank
-from metamod.memory.bot import BufferOfThought
-from metamod.memory.cheatsheet import Cheatsheet
-from metamod.memory.dc import DynamicCheatsheet
-from metamod.memory.marco import MarcoMemory
-from metamod.memory.mca import MetaCognitiveAccumulator
-from metamod.registry import resolve, valid_names_help
+from metamod.registry import import_dotted, resolve, valid_names_help
 
 logger = logging.getLogger(__name__)
 
-#: memory name -> class.
-MEMORIES: dict[str, type] = {
-    "none": NoMemory,
-    "behaviour_bank": BehaviourBank,
-    "mca": MetaCognitiveAccumulator,
-    "bot": BufferOfThought,
-    "dc": DynamicCheatsheet,
-    "cheatsheet": Cheatsheet,
-    "ace": ACEMemory,
-    "marco": MarcoMemory,
+#: memory name -> ``module:Class`` of its class (imported on first use).
+MEMORIES: dict[str, str] = {
+    "none": "metamod.memory.base:NoMemory",
+    "behaviour_bank": "metamod.memory.behaviour_bank:BehaviourBank",
+    "mca": "metamod.memory.mca:MetaCognitiveAccumulator",
+    "bot": "metamod.memory.bot:BufferOfThought",
+    "dc": "metamod.memory.dc:DynamicCheatsheet",
+    "cheatsheet": "metamod.memory.cheatsheet:Cheatsheet",
+    "ace": "metamod.memory.ace:ACEMemory",
+    "marco": "metamod.memory.marco:MarcoMemory",
 }
 
 #: The memory LLM's model when none is set: the embedded SmolLM2 (runs on the CPU).
@@ -54,8 +48,13 @@ DEFAULT_MEMORY_MODEL = "smollm2-135m-instruct"
 
 
 def memory_class(name: str) -> type:
-    """The class registered as ``name`` (or a dotted path)."""
-    return resolve(MEMORIES, name, what="memory")
+    """The class registered as ``name`` (or a dotted path).
+
+    >>> memory_class("mca").__name__
+    'MetaCognitiveAccumulator'
+    """
+    found = resolve(MEMORIES, name, what="memory")
+    return import_dotted(found) if isinstance(found, str) else found
 
 
 def parse_memory_options(name: str, options: Mapping[str, Any] | None = None) -> Any:
