@@ -58,7 +58,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from metamod.llm.base import Conversation, Generation
-from metamod.memory.base import ask_guidance
 from metamod.prompts import render
 from metamod.rollout.coding.agents import (
     DEDUCTION_CHECKS,
@@ -365,7 +364,7 @@ class CodeMethod(SingleAgentMethod):
 
     def first_message(self, example: Example, text: str) -> tuple[str, int]:
         """``text`` with the memory's guidance (role ``single``) in front, and how many guidance items it holds."""
-        guidance = ask_guidance(self.context.memory, example, "single", method=self.name)
+        guidance = self.agent.ask(example)
         return guidance.prepend_to(text), len(guidance.item_ids)
 
     def step(

@@ -56,7 +56,7 @@ class Marco(SingleAgentMethod):
 
     def __init__(self, context: Any, spec: Any):
         self.context, self.spec, self.name = context, spec, spec.name
-        self.agent = CodeAgent.from_context(context, self.name)
+        self.agent = CodeAgent.from_context(context, self.name, role="debater")
         raw = dict((context.method_options or {}).get(self.name) or {})
         forced = dict(spec.settings.get("forced") or {})
         for key, value in forced.items():

@@ -26,7 +26,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metamod.llm.base import Conversation, Generation, chat_checked
+from metamod.llm.base import Conversation, Generation
+from metamod.memory.base import Guidance, ask_guidance
 from metamod.prompts import render
 from metamod.rollout.coding.turn import (  # noqa: F401 (re-exported: the code methods import them from here)
     DEDUCTION_CHECKS,
@@ -37,6 +38,7 @@ from metamod.rollout.coding.turn import (  # noqa: F401 (re-exported: the code m
     code_meta,
     subtask_of,
 )
+from metamod.rollout.roles import LLMRole
 from metamod.tasks.base import Example
 
 
@@ -106,32 +108,50 @@ def feedback_text(feedback: Any, mode: str = "binary", max_failures: int | None 
 
 
 class CodeAgent:
-    """One batched ``chat`` for a code method: an LLM generator, or the simulated coder.
+    """One batched ``chat`` for a code method: an LLM role (:class:`~metamod.rollout.roles.LLMRole`), or the simulated
+    coder.
 
     Args:
         generator: a :class:`metamod.llm.base.Generator` (``None`` in the simulated world).
         sampling: its decoding settings.
         simulated: the simulated coder (:class:`metamod.rollout.coding.simulated.SimulatedCoder`) when there is no
             generator.
+        memory, method: the memory the agent asks (role ``single``, or ``debater`` for MARCO's agents) and the
+            method asking.
     """
 
-    def __init__(self, generator: Any = None, sampling: Any = None, simulated: Any = None) -> None:
+    def __init__(
+        self,
+        generator: Any = None,
+        sampling: Any = None,
+        simulated: Any = None,
+        *,
+        memory: Any = None,
+        method: str | None = None,
+        role: str = "single",
+    ) -> None:
         if (generator is None) == (simulated is None):
             raise ValueError("CodeAgent needs exactly one of an LLM generator or a simulated coder")
-        self.generator, self.sampling, self.simulated = generator, sampling, simulated
+        self.simulated = simulated
+        self.llm = (
+            None
+            if generator is None
+            else LLMRole(generator, sampling, role=role, memory=memory, method=method, who="agent")
+        )
+        self.memory, self.method, self.role = memory, method, role
 
     @property
     def is_simulated(self) -> bool:
         return self.simulated is not None
 
     @classmethod
-    def from_context(cls, context: Any, method: str) -> CodeAgent:
+    def from_context(cls, context: Any, method: str, *, role: str = "single") -> CodeAgent:
         """The agent a method of the eval harness uses (the debater model, or the simulated coder)."""
         from metamod.config import ConfigError
 
         if context.agent is not None:
             sampling = dataclasses.replace(context.agent_sampling, n=1, seed=context.seed)
-            return cls(context.agent, sampling)
+            return cls(context.agent, sampling, memory=context.memory, method=method, role=role)
         settings = context.code_simulation
         if settings is None:
             raise ConfigError(
@@ -140,7 +160,11 @@ class CodeAgent:
             )
         from metamod.rollout.coding.simulated import SimulatedCoder
 
-        return cls(simulated=SimulatedCoder(settings))
+        return cls(simulated=SimulatedCoder(settings), memory=context.memory, method=method, role=role)
+
+    def ask(self, example: Example, *, step: int | None = None, agent: int | None = None) -> Guidance:
+        """The memory's guidance for this agent on ``example`` (the simulated coder asks too, so the path is logged)."""
+        return ask_guidance(self.memory, example, self.role, agent=agent, step=step, method=self.method)
 
     def chat(
         self, conversations: Sequence[Conversation], turns: Sequence[CodeTurn], *, max_tokens: int | None = None
@@ -152,8 +176,8 @@ class CodeAgent:
             return []
         if self.simulated is not None:
             return list(self.simulated.respond(list(turns)))
-        sampling = self.sampling if max_tokens is None else dataclasses.replace(self.sampling, max_tokens=max_tokens)
-        return chat_checked(self.generator, [list(c) for c in conversations], sampling, who="agent")
+        overrides = {} if max_tokens is None else {"max_tokens": max_tokens}
+        return self.llm.chat([list(c) for c in conversations], **overrides)
 
 
 def check_proposals(

@@ -41,8 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig, chat_checked
-from metamod.memory.base import ask_guidance
+from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
 from metamod.rewards.moderator import STOP, parse_decision
 from metamod.rollout.mro.parse import (
     ACCEPT,
@@ -55,6 +54,7 @@ from metamod.rollout.mro.parse import (
     parse_controller,
     reasoner_messages,
 )
+from metamod.rollout.roles import LLMRole
 from metamod.rollout.state import controller_messages
 from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent
@@ -123,10 +123,10 @@ class Role(Protocol):
         ...
 
 
-class _LLMRole:
-    """One generator and its decoding; ONE ``generator.chat`` call per batch of requests."""
+class _LLMRole(LLMRole):
+    """An MRO role: an :class:`~metamod.rollout.roles.LLMRole` with one output per request and the role's policy
+    prompt (MC² Eq. 13); ONE ``generator.chat`` call per batch of requests."""
 
-    simulated = False
     role = "role"
 
     def __init__(
@@ -141,34 +141,22 @@ class _LLMRole:
     ) -> None:
         if sampling.n != 1:
             raise ValueError(f"MRO roles produce one output per call: sampling.n must be 1, got {sampling.n}")
-        self.generator = generator
-        self.sampling = sampling
-        self.backend = backend
-        self.model = str(getattr(generator, "name", type(generator).__name__))
-        self.memory = memory
-        self.method = method
-        self.extra = dict(settings or {})
-        self.num_calls = 0
-
-    def settings(self) -> dict[str, Any]:
-        s = self.sampling
-        return {
-            "temperature": s.temperature,
-            "top_p": s.top_p,
-            "max_tokens": s.max_tokens,
-            "seed": s.seed,
-            **self.extra,
-        }
+        model = str(getattr(generator, "name", type(generator).__name__))
+        super().__init__(
+            generator,
+            sampling,
+            role=type(self).role,
+            memory=memory,
+            method=method,
+            backend=backend,
+            settings=settings,
+            who=f"{model} ({type(self).role}): backend",
+        )
 
     def policy_update(self, example_id: str) -> dict[str, Any] | None:
         """The memory's prompt-update record for this role on ``example_id`` (MC² C.3), or ``None``."""
         lookup = getattr(self.memory, "policy_update", None)
         return lookup(example_id, self.role) if lookup is not None else None
-
-    def _guided(self, conversation: Conversation, example: Example, iteration: int) -> Conversation:
-        """Prepend the memory's guidance block (any guidance, a composed policy too) to the first message."""
-        guidance = ask_guidance(self.memory, example, self.role, step=iteration - 1, method=self.method)
-        return guidance.prepend_to_first(conversation)
 
     def _policy_prompt(
         self, build: Callable[[str | None], Conversation], example: Example, iteration: int
@@ -180,19 +168,10 @@ class _LLMRole:
         part, and only that part: the task line, the problem and the output format are fixed parts of the
         template. Any other guidance is prepended to the prompt built with the role's own policy.
         """
-        g = ask_guidance(self.memory, example, self.role, step=iteration - 1, method=self.method)
+        g = self.ask(example, step=iteration - 1)
         if g.policy and g.text.strip():
             return build(g.text)
         return g.prepend_to_first(build(None))
-
-    def _chat(self, conversations: list[Conversation]) -> list[Generation]:
-        if not conversations:
-            return []
-        generations = chat_checked(
-            self.generator, conversations, self.sampling, who=f"{self.model} ({self.role}): backend"
-        )
-        self.num_calls += 1
-        return generations
 
 
 class LLMReasoner(_LLMRole):
@@ -211,7 +190,7 @@ class LLMReasoner(_LLMRole):
             )
             for r in requests
         ]
-        return self._chat(conversations)
+        return self.chat(conversations)
 
 
 class LLMMonitor(_LLMRole):
@@ -228,7 +207,7 @@ class LLMMonitor(_LLMRole):
             )
             for r in requests
         ]
-        return self._chat(conversations)
+        return self.chat(conversations)
 
 
 class LLMController(_LLMRole):
@@ -251,7 +230,7 @@ class LLMController(_LLMRole):
             )
             for r in requests
         ]
-        generations = self._chat(conversations)
+        generations = self.chat(conversations)
         return [
             ControllerTurn(g, parse_controller(g.text, error_found=r.report.error_found if r.report else None))
             for r, g in zip(requests, generations, strict=True)
@@ -304,12 +283,12 @@ class ModeratorController(_LLMRole):
 
     def decide(self, requests: list[ControllerRequest]) -> list[ControllerTurn]:
         conversations = [
-            self._guided(
+            self.guided(
                 controller_messages(r.example.prompt_text(), r.solution, r.report_text, final=r.final),
                 r.example,
-                r.iteration,
+                step=r.iteration - 1,
             )
             for r in requests
         ]
-        generations = self._chat(conversations)
+        generations = self.chat(conversations)
         return [ControllerTurn(g, moderator_decision(g.text, r)) for r, g in zip(requests, generations, strict=True)]
