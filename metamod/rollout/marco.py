@@ -60,6 +60,7 @@ from metamod.rollout.coding.agents import (
     problem_prompt,
     subtask_of,
 )
+from metamod.rollout.engine import Grader, LoopItem, run_loop
 from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent, normalize_answer
 
@@ -183,51 +184,37 @@ def choose_final(example: Example, proposals: Sequence[dict[str, Any]]) -> tuple
 class _AgentState:
     conversation: list[dict[str, str]]
     guidance_items: int
-    proposals: list[dict[str, Any]] = field(default_factory=list)
 
 
-def run_marco(
-    examples: Sequence[Example],
-    agent: CodeAgent,
-    settings: MarcoSettings | None = None,
-    *,
-    memory: Any = None,
-    method: str = "marco",
-) -> list[dict[str, Any]]:
-    """Run MARCO on a batch of problems; one trace per problem, in order (see the module docstring).
+class MarcoLoop:
+    """MARCO iterations (1-based) as engine steps (see the module docstring; :func:`run_marco` documents the
+    arguments)."""
 
-    Args:
-        examples: code-reasoning problems (``meta["code"]``).
-        agent: the agents' model (:class:`~metamod.rollout.coding.agents.CodeAgent`), shared by the M agents.
-        settings: the loop's settings.
-        memory: the method's memory (guidance at iteration 1; takeaways are written only when there is one).
-        method: the method name (memory requests and traces).
+    name, stats = "marco", None
 
-    Returns:
-        The traces (dicts, JSON-ready).
-    """
-    settings = settings or MarcoSettings()
-    m, big_t = settings.agents, settings.iterations
-    states: list[list[_AgentState]] = []
-    for ex in examples:
-        row = []
-        for j in range(m):
-            guidance = (
-                memory.guidance(GuidanceRequest(ex, "debater", agent=j, step=0, method=method)) if memory else None
-            )
-            block = render_guidance(guidance.text) if guidance else ""
-            prompt = with_guidance(
-                render("marco_propose", problem=problem_prompt(ex), answer_format=answer_format(ex)), block
-            )
-            row.append(_AgentState([{"role": "user", "content": prompt}], len(guidance.item_ids) if guidance else 0))
-        states.append(row)
-    tokens = [{stage: {"prompt": 0, "completion": 0} for stage in ("propose", "summarise")} for _ in examples]
-    iterations: list[list[dict[str, Any]]] = [[] for _ in examples]
-    active = list(range(len(examples)))
-    for t in range(1, big_t + 1):
-        if not active:
-            break
-        slots = [(q, j) for q in active for j in range(m)]
+    def __init__(self, agent: CodeAgent, settings: MarcoSettings, *, memory: Any, method: str) -> None:
+        self.agent, self.settings, self.memory, self.method = agent, settings, memory, method
+        self.steps, self.tokens = range(1, settings.iterations + 1), 0
+
+    def start(self, chunk: list[LoopItem], grade: Grader) -> None:
+        self.examples = [item.example for item in chunk]
+        self.states = [[self._agent(ex, j) for j in range(self.settings.agents)] for ex in self.examples]
+        self.token_counts = [
+            {stage: {"prompt": 0, "completion": 0} for stage in ("propose", "summarise")} for _ in chunk
+        ]
+        self.iterations: list[list[dict[str, Any]]] = [[] for _ in chunk]
+
+    def _agent(self, ex: Example, j: int) -> _AgentState:
+        """Agent ``j`` on ``ex`` before iteration 1: the problem and the memory's guidance."""
+        request = GuidanceRequest(ex, "debater", agent=j, step=0, method=self.method)
+        guidance = self.memory.guidance(request) if self.memory else None
+        prompt = render("marco_propose", problem=problem_prompt(ex), answer_format=answer_format(ex))
+        prompt = with_guidance(prompt, render_guidance(guidance.text) if guidance else "")
+        return _AgentState([{"role": "user", "content": prompt}], len(guidance.item_ids) if guidance else 0)
+
+    def step(self, t: int, active: list[int]) -> list[int]:
+        settings, examples, states, iterations = self.settings, self.examples, self.states, self.iterations
+        slots = [(q, j) for q in active for j in range(settings.agents)]
         conversations, turns = [], []
         for q, j in slots:
             st = states[q][j]
@@ -235,19 +222,17 @@ def run_marco(
             if t > 1:
                 previous = iterations[q][-1]["proposals"]
                 own = previous[j]
-                lessons = []
-                if settings.cross_reference:
-                    for p in previous:
-                        if p["agent"] != j:
-                            lessons.append(
-                                render(
-                                    "marco_peer_lesson",
-                                    agent=p["agent"] + 1,
-                                    core=p["answer"] if p["answer"] is not None else "(no answer)",
-                                    feedback=p["feedback_text"],
-                                )
-                            )
-                    peers = len(lessons)
+                lessons = [
+                    render(
+                        "marco_peer_lesson",
+                        agent=p["agent"] + 1,
+                        core=p["answer"] if p["answer"] is not None else "(no answer)",
+                        feedback=p["feedback_text"],
+                    )
+                    for p in (previous if settings.cross_reference else [])
+                    if p["agent"] != j
+                ]
+                peers = len(lessons)
                 peer_block = ("\n" + "\n\n".join(lessons) + "\n") if lessons else ""
                 st.conversation.append(
                     {
@@ -264,7 +249,7 @@ def run_marco(
             failed = t > 1 and not iterations[q][-1]["proposals"][j]["feedback"]["passed"]
             stage = "propose" if t == 1 else "revise"
             turns.append(CodeTurn(examples[q], j, t, stage, peers, st.guidance_items, failed))
-        generations = agent.chat(conversations, turns, max_tokens=settings.propose_max_tokens)
+        generations = self.agent.chat(conversations, turns, max_tokens=settings.propose_max_tokens)
         answers = [_extract(examples[q], g.text) for g, (q, _) in zip(generations, slots, strict=True)]
         slot_examples = [examples[q] for q, _ in slots]
         feedbacks = check_proposals(slot_examples, answers, deduction_check=settings.deduction_check)
@@ -272,8 +257,9 @@ def run_marco(
         by_question: dict[int, list[dict[str, Any]]] = {}
         for (q, j), turn, g, answer, fb, ok in zip(slots, turns, generations, answers, feedbacks, correct, strict=True):
             states[q][j].conversation.append({"role": "assistant", "content": g.text})
-            tokens[q]["propose"]["prompt"] += int(g.prompt_tokens)
-            tokens[q]["propose"]["completion"] += int(g.completion_tokens)
+            self.token_counts[q]["propose"]["prompt"] += int(g.prompt_tokens)
+            self.token_counts[q]["propose"]["completion"] += int(g.completion_tokens)
+            self.tokens += int(g.prompt_tokens) + int(g.completion_tokens)
             record = {
                 "agent": j,
                 "text": g.text,
@@ -292,59 +278,81 @@ def run_marco(
             iterations[q].append(
                 {"iteration": t, "proposals": proposals, "eta": int(any(p["correct"] for p in proposals))}
             )
-            if not (settings.stop_on_pass and any(p["feedback"]["passed"] for p in proposals)) and t < big_t:
+            passed = any(p["feedback"]["passed"] for p in proposals)
+            if not (settings.stop_on_pass and passed) and t < settings.iterations:
                 still.append(q)
-        active = still
-    reflect = memory is not None and settings.meta_reflection
-    takeaways = _meta_reflect(examples, states, iterations, agent, settings, tokens) if reflect else None
-    traces = []
-    for q, ex in enumerate(examples):
-        last = iterations[q][-1]["proposals"]
-        final, final_agent = choose_final(ex, last)
-        traces.append(
-            {
-                "id": ex.id,
-                "method": method,
-                "simulated": agent.is_simulated,
-                "subtask": subtask_of(ex),
-                "settings": asdict(settings),
-                "guidance_items": [states[q][j].guidance_items for j in range(m)],
-                "iterations": iterations[q],
-                "num_iterations": len(iterations[q]),
-                "stopped_early": any(p["feedback"]["passed"] for p in last) and len(iterations[q]) < big_t,
-                "passed_visible": any(p["feedback"]["passed"] for p in last),
-                "final_answer": final,
-                "final_agent": final_agent,
-                "takeaways": takeaways[q] if takeaways else [],
-                "tokens": tokens[q],
-            }
-        )
-    return traces
+        return still
 
-
-def _meta_reflect(
-    examples: Sequence[Example],
-    states: list[list[_AgentState]],
-    iterations: list[list[dict[str, Any]]],
-    agent: CodeAgent,
-    settings: MarcoSettings,
-    tokens: list[dict[str, dict[str, int]]],
-) -> list[list[dict[str, Any]]]:
-    """Each agent's takeaway from its own path and final binary verdict: one batched call for the batch."""
-    slots, conversations, turns = [], [], []
-    for q, ex in enumerate(examples):
-        last = iterations[q][-1]
-        for j, st in enumerate(states[q]):
-            verdict = feedback_text(SimpleNamespace(**last["proposals"][j]["feedback"]), "binary")
-            conversations.append(
-                [*st.conversation, {"role": "user", "content": render("marco_summarise", feedback=verdict)}]
+    def finish(self) -> list[dict[str, Any]]:
+        settings, examples, iterations, tokens = self.settings, self.examples, self.iterations, self.token_counts
+        takeaways = self._reflect() if self.memory is not None and settings.meta_reflection else None
+        traces = []
+        for q, ex in enumerate(examples):
+            last = iterations[q][-1]["proposals"]
+            final, final_agent = choose_final(ex, last)
+            passed = any(p["feedback"]["passed"] for p in last)
+            traces.append(
+                {
+                    "id": ex.id,
+                    "method": self.method,
+                    "simulated": self.agent.is_simulated,
+                    "subtask": subtask_of(ex),
+                    "settings": asdict(settings),
+                    "guidance_items": [st.guidance_items for st in self.states[q]],
+                    "iterations": iterations[q],
+                    "num_iterations": len(iterations[q]),
+                    "stopped_early": passed and len(iterations[q]) < settings.iterations,
+                    "passed_visible": passed,
+                    "final_answer": final,
+                    "final_agent": final_agent,
+                    "takeaways": takeaways[q] if takeaways else [],
+                    "tokens": tokens[q],
+                }
             )
-            turns.append(CodeTurn(ex, j, last["iteration"], "summarise"))
-            slots.append((q, j))
-    generations = agent.chat(conversations, turns, max_tokens=settings.summarise_max_tokens)
-    out: list[list[dict[str, Any]]] = [[] for _ in examples]
-    for (q, j), g in zip(slots, generations, strict=True):
-        tokens[q]["summarise"]["prompt"] += int(g.prompt_tokens)
-        tokens[q]["summarise"]["completion"] += int(g.completion_tokens)
-        out[q].append({"agent": j, "text": g.text.strip()})
-    return out
+        return traces
+
+    def _reflect(self) -> list[list[dict[str, Any]]]:
+        """Each agent's takeaway from its own path and final binary verdict: one batched call for the chunk."""
+        slots, conversations, turns = [], [], []
+        for q, ex in enumerate(self.examples):
+            last = self.iterations[q][-1]
+            for j, st in enumerate(self.states[q]):
+                verdict = feedback_text(SimpleNamespace(**last["proposals"][j]["feedback"]), "binary")
+                conversations.append(
+                    [*st.conversation, {"role": "user", "content": render("marco_summarise", feedback=verdict)}]
+                )
+                turns.append(CodeTurn(ex, j, last["iteration"], "summarise"))
+                slots.append((q, j))
+        generations = self.agent.chat(conversations, turns, max_tokens=self.settings.summarise_max_tokens)
+        out: list[list[dict[str, Any]]] = [[] for _ in self.examples]
+        for (q, j), g in zip(slots, generations, strict=True):
+            self.token_counts[q]["summarise"]["prompt"] += int(g.prompt_tokens)
+            self.token_counts[q]["summarise"]["completion"] += int(g.completion_tokens)
+            out[q].append({"agent": j, "text": g.text.strip()})
+        return out
+
+
+def run_marco(
+    examples: Sequence[Example],
+    agent: CodeAgent,
+    settings: MarcoSettings | None = None,
+    *,
+    memory: Any = None,
+    method: str = "marco",
+) -> list[dict[str, Any]]:
+    """Run MARCO on a batch of problems; one trace per problem, in order (see the module docstring).
+
+    The batch is one chunk of :func:`~metamod.rollout.engine.run_loop`: each batched call covers all of it.
+
+    Args:
+        examples: code-reasoning problems (``meta["code"]``).
+        agent: the agents' model (:class:`~metamod.rollout.coding.agents.CodeAgent`), shared by the M agents.
+        settings: the loop's settings.
+        memory: the method's memory (guidance at iteration 1; takeaways are written only when there is one).
+        method: the method name (memory requests and traces).
+
+    Returns:
+        The traces (dicts, JSON-ready).
+    """
+    loop = MarcoLoop(agent, settings or MarcoSettings(), memory=memory, method=method)
+    return list(run_loop(examples, loop, batch_questions=max(len(examples), 1), progress=False))

@@ -39,9 +39,10 @@ from metamod.config import (
 )
 from metamod.errors import InputError
 from metamod.files import LOCK_FILE, FolderLock, atomic_write_json, check_unlocked, path_signature
-from metamod.rollout.debate import DebateItem, DebateStats, run_debates
+from metamod.rollout.debate import DebateStats, run_debates
 from metamod.rollout.debater_factory import DebaterSpec, build_debater_groups
 from metamod.rollout.debaters import DebaterGroup
+from metamod.rollout.engine import Grader, LoopItem
 from metamod.rollout.simulated import SimulationConfig
 from metamod.rollout.traces import (
     TraceWriter,
@@ -277,13 +278,13 @@ def build_debaters(config: RolloutConfig, sim_config: SimulationConfig) -> list[
     return build_debater_groups(backend_configs, config.debater_spec(), config.num_agents)
 
 
-def _task_stream(task_configs: list[TaskConfig]) -> Iterator[DebateItem]:
+def _task_stream(task_configs: list[TaskConfig]) -> Iterator[LoopItem]:
     """Examples of every task in order; ``index`` counts across tasks."""
     position = 0
     for task_config in task_configs:
         task = task_config.load()
         for example in task.examples():
-            yield DebateItem(example, position, task_config.task)
+            yield LoopItem(example, position, task_config.task)
             position += 1
 
 
@@ -523,29 +524,16 @@ def _run(
             by=config.shard_by,
         )
     )
-    interrupted = False
+    interrupted, chunking = False, {"batch_questions": config.batch_questions, "progress": config.progress}
     if config.loop == "mro":
         from metamod.rollout.mro import MROStats, run_mro
 
         stats: Any = MROStats()
-        traces = run_mro(
-            items,
-            debaters,
-            max_iterations=config.max_iterations,
-            batch_questions=config.batch_questions,
-            stats=stats,
-            progress=config.progress,
-        )
+        traces = run_mro(items, debaters, max_iterations=config.max_iterations, stats=stats, **chunking)
     else:
         stats = DebateStats()
         traces = run_debates(
-            items,
-            debaters,
-            max_rounds=config.max_rounds,
-            stop_hook=stop_hook,
-            batch_questions=config.batch_questions,
-            stats=stats,
-            progress=config.progress,
+            items, debaters, max_rounds=config.max_rounds, stop_hook=stop_hook, stats=stats, **chunking
         )
     try:
         for trace in traces:
@@ -579,20 +567,13 @@ RUN_ONLY_KEYS = frozenset(
 def file_statistics(traces_path: Path, loop: str) -> dict[str, Any]:
     """The statistics of every trace in ``traces_path`` (whatever runs and resumes wrote them), counted as the
     engine counts them live; the per-invocation keys (:data:`RUN_ONLY_KEYS`) are left to ``this_run``."""
-    if loop == "mro":
-        from metamod.rollout.mro import MROStats
+    from metamod.rollout.mro import MROStats
 
-        stats: Any = MROStats()
-        add = stats.add_trace
-    else:
-        stats, grades = DebateStats(), {}
-
-        def add(trace: dict[str, Any]) -> None:
-            stats.add_trace(trace, grades)
-
+    stats = MROStats() if loop == "mro" else DebateStats()
+    grade = Grader()  # one for the whole file
     if traces_path.is_file():
         for trace in read_traces(traces_path, validate=False):
-            add(trace)
+            stats.add_trace(trace, grade)
     return {k: v for k, v in stats.summary().items() if k not in RUN_ONLY_KEYS}
 
 

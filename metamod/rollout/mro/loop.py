@@ -17,7 +17,8 @@ an LLM role), then every Monitor request in one ``monitor.audit`` call, then eve
 Accept and Patch end the loop, so no Reasoner call ever follows them: a Patch works on the attempt, but it is the
 Controller that sees the attempt (Eq. 6) and writes the corrected answer.
 
-Finished traces (schema: :mod:`metamod.rollout.mro.traces`) are yielded chunk by chunk in input order, so they
+:class:`MROLoop` runs on the loop engine (:mod:`metamod.rollout.engine`), its iterations being the engine's steps:
+finished traces (schema: :mod:`metamod.rollout.mro.traces`) are yielded chunk by chunk in input order, so they
 stream to disk and memory stays flat.
 
 >>> from metamod.tasks.base import Example
@@ -31,21 +32,15 @@ stream to disk and memory stays flat.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from metamod.rollout.debate import DebateItem, as_item, chunked
+from metamod.rollout.engine import Grader, LoopItem, LoopStats, new_trace, run_loop
 from metamod.rollout.mro.parse import ACCEPT, ACTION_NAMES, PATCH, RESTART, parse_monitor, report_text, restart_feedback
 from metamod.rollout.mro.roles import ControllerRequest, MonitorRequest, ReasonerRequest
 from metamod.rollout.mro.traces import ROLES
-from metamod.rollout.stats import EtaTally
-from metamod.rollout.trace_schema import SCHEMA_VERSION
-from metamod.tasks.grading import extract_answer, is_equivalent
-
-logger = logging.getLogger(__name__)
+from metamod.tasks.grading import extract_answer
 
 
 @dataclass
@@ -69,39 +64,30 @@ class MRORoles:
 
 
 @dataclass
-class MROStats:
-    """Counters filled in by :func:`run_mro` (pass one in to read them while or after streaming).
+class MROStats(LoopStats):
+    """Counters filled in by :func:`run_mro` (pass one in to read them while or after streaming); the shared ones
+    (calls per role, questions: instances, eta: candidate correctness by 0-based iteration, statuses: terminal
+    statuses, elapsed_s) are :class:`~metamod.rollout.engine.LoopStats`'.
 
     Attributes:
-        calls: batched calls per role.
-        questions: instances finished.
         iterations: (instance, iteration) pairs run.
         tokens: per role ``{"prompt", "completion"}`` totals.
-        eta: candidate correctness per iteration and coverage (:class:`~metamod.rollout.stats.EtaTally`; its
-            "round" is the 0-based iteration).
         actions_by_iteration: per iteration (0-based), counts of ``accept`` / ``patch`` / ``restart``.
-        statuses: finished instances per terminal status.
         parse: per role, outputs per parse code (``ok``, ``tagged``, ``keyword``, ``default``, ...).
         final_correct: instances whose final answer is correct.
-        elapsed_s: wall time spent inside the engine.
     """
 
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROLES, 0))
-    questions: int = 0
     iterations: int = 0
     tokens: dict[str, dict[str, int]] = field(
         default_factory=lambda: {r: {"prompt": 0, "completion": 0} for r in ROLES}
     )
-    eta: EtaTally = field(default_factory=EtaTally)
     actions_by_iteration: list[dict[str, int]] = field(default_factory=list)
-    statuses: dict[str, int] = field(default_factory=dict)
     parse: dict[str, dict[str, int]] = field(default_factory=lambda: {r: {} for r in ROLES})
     final_correct: int = 0
-    elapsed_s: float = 0.0
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready summary: totals, throughput, accuracy, candidate accuracy per iteration, action shares."""
-        elapsed = max(self.elapsed_s, 1e-9)
         total_tokens = sum(t["prompt"] + t["completion"] for t in self.tokens.values())
         shares = []
         for counts in self.actions_by_iteration:
@@ -116,8 +102,8 @@ class MROStats:
             "tokens_per_instance": round(total_tokens / self.questions, 1) if self.questions else None,
             "calls_per_role": dict(self.calls),
             "elapsed_s": round(self.elapsed_s, 3),
-            "instances_per_s": round(self.questions / elapsed, 3),
-            "tokens_per_s": round(total_tokens / elapsed, 1),
+            "instances_per_s": self.per_s(self.questions, 3),
+            "tokens_per_s": self.per_s(total_tokens, 1),
             "candidate_accuracy_by_iteration": self.eta.eta_rate_by_round(),
             "coverage": self.eta.coverage(),
             "action_counts_by_iteration": [dict(c) for c in self.actions_by_iteration],
@@ -126,15 +112,18 @@ class MROStats:
             "parse": {r: dict(c) for r, c in self.parse.items()},
         }
 
-    def _count(self, role: str, code: str) -> None:
-        self.parse[role][code] = self.parse[role].get(code, 0) + 1
+    def log_line(self) -> str:
+        s = self.summary()
+        return (
+            f"mro: {s['questions']} instances, {s['iterations']} iterations, accuracy {s['accuracy']}, "
+            f"{s['instances_per_s']:.2f} instances/s; candidate accuracy by iteration "
+            f"{s['candidate_accuracy_by_iteration']}"
+        )
 
-    def add_trace(self, trace: dict[str, Any]) -> None:
-        """Count a finished MRO trace as the engine counted it while running it (everything but calls and time):
-        what ``summary.json`` is rebuilt from, over the whole traces file, after a resumed run."""
-        self.questions += 1
+    def add_trace(self, trace: dict[str, Any], grade: Grader | None = None) -> None:
+        """Count a finished MRO trace (it carries its grades: ``grade`` is not used)."""
+        super().add_trace(trace)
         self.final_correct += int(trace.get("final_correct") or 0)
-        self.statuses[trace["status"]] = self.statuses.get(trace["status"], 0) + 1
         for role, counts in (trace.get("tokens") or {}).items():
             if role in self.tokens:
                 self.tokens[role]["prompt"] += int(counts.get("prompt", 0))
@@ -144,36 +133,147 @@ class MROStats:
             while len(self.actions_by_iteration) < k:
                 self.actions_by_iteration.append(dict.fromkeys(ACTION_NAMES.values(), 0))
             for role in ROLES:
-                self._count(role, str(record.get(role, {}).get("parse")))
+                code = str(record.get(role, {}).get("parse"))
+                self.parse[role][code] = self.parse[role].get(code, 0) + 1
             self.iterations += 1
             self.eta.add((trace["id"], trace.get("index")), k - 1, int(record["eta"]))
             action = record.get("controller", {}).get("action_name")
             self.actions_by_iteration[k - 1][action] = self.actions_by_iteration[k - 1].get(action, 0) + 1
 
 
-def _new_trace(item: DebateItem, roles: dict, max_iterations: int, simulated: bool) -> dict:
-    ex = item.example
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "loop": "mro",
-        "id": ex.id,
-        "index": item.index,
-        "task": item.task,
-        "question": ex.prompt_text(),
-        "gold": ex.gold,
-        "kind": ex.kind,
-        "choices": list(ex.choices) if ex.choices else None,
-        "meta": dict(ex.meta),
-        "simulated": simulated,
-        "roles": roles,
-        "max_iterations": max_iterations,
-        "num_iterations": 0,
-        "status": None,
-        "final_answer": None,
-        "final_correct": 0,
-        "tokens": {r: {"prompt": 0, "completion": 0} for r in ROLES},
-        "history": [],
-    }
+class MROLoop:
+    """MRO iterations (1-based) as engine steps (see the module docstring; :func:`run_mro` documents the arguments)."""
+
+    name = "mro"
+
+    def __init__(self, roles: MRORoles | Any, *, max_iterations: int, stats: MROStats, retry_with_attempt: bool):
+        if max_iterations < 1:
+            raise ValueError(f"max_iterations must be >= 1, got {max_iterations}")
+        self.roles = roles if isinstance(roles, MRORoles) else MRORoles(roles.reasoner, roles.monitor, roles.controller)
+        self.described, self.simulated = self.roles.describe(), self.roles.simulated
+        self.budget, self.steps, self.stats, self.tokens = max_iterations, range(1, max_iterations + 1), stats, 0
+        self.retry_with_attempt = retry_with_attempt
+
+    def start(self, chunk: list[LoopItem], grade: Grader) -> None:
+        self.chunk, self.grader = chunk, grade
+        self.traces = [
+            {
+                **new_trace(item, self.simulated, {"loop": "mro"}),
+                "roles": self.described,
+                "max_iterations": self.budget,
+                "num_iterations": 0,
+                "status": None,
+                "final_answer": None,
+                "final_correct": 0,
+                "tokens": {r: {"prompt": 0, "completion": 0} for r in ROLES},
+                "history": [],
+            }
+            for item in chunk
+        ]
+        self.pending: dict[int, tuple[str, str, bool]] = {}  # d -> (previous solution, feedback, previous correct)
+
+    def grade(self, answer: str | None, d: int) -> bool:
+        ex = self.chunk[d].example
+        return self.grader(answer, ex.gold, ex.kind, ex.choices, key=(answer, ex.id))
+
+    def step(self, k: int, active: list[int]) -> list[int]:
+        chunk, roles, pending, final = self.chunk, self.roles, self.pending, k == self.budget
+        # ---- Reasoner: one batched call
+        reasoner_requests = [
+            ReasonerRequest(
+                chunk[d].example,
+                k,
+                previous=pending[d][0] if d in pending and self.retry_with_attempt else None,
+                feedback=pending[d][1] if d in pending else None,
+                previous_correct=pending[d][2] if d in pending else None,
+            )
+            for d in active
+        ]
+        proposals = self.stats.call("reasoner", roles.reasoner.propose, reasoner_requests)
+        answers = {d: extract_answer(g.text) for d, g in zip(active, proposals, strict=True)}
+        correct = {d: self.grade(answers[d], d) for d in active}
+        # ---- Monitor: one batched call
+        monitor_requests = [
+            MonitorRequest(chunk[d].example, k, g.text, answers[d], correct=correct[d])
+            for d, g in zip(active, proposals, strict=True)
+        ]
+        audits = self.stats.call("monitor", roles.monitor.audit, monitor_requests)
+        reports = [parse_monitor(g.text) for g in audits]
+        # ---- Controller: one batched call
+        controller_requests = [
+            ControllerRequest(
+                chunk[d].example,
+                k,
+                proposal.text,
+                answers[d],
+                report,
+                report_text(report, audit.text),
+                final=final,
+                correct=correct[d],
+            )
+            for d, proposal, audit, report in zip(active, proposals, audits, reports, strict=True)
+        ]
+        turns = self.stats.call("controller", roles.controller.decide, controller_requests)
+        still = []
+        for i, d in enumerate(active):
+            trace, proposal, audit, report, turn = self.traces[d], proposals[i], audits[i], reports[i], turns[i]
+            decision = turn.decision
+            answer = decision.answer if decision.action == PATCH else answers[d] if decision.action == ACCEPT else None
+            record = {
+                "iteration": k,
+                "eta": int(correct[d]),
+                "reasoner": {
+                    "text": proposal.text,
+                    "answer": answers[d],
+                    "feedback": pending[d][1] if d in pending else None,
+                    "prompt_tokens": int(proposal.prompt_tokens),
+                    "completion_tokens": int(proposal.completion_tokens),
+                    "parse": "ok" if answers[d] is not None else "no_answer",
+                    "policy_update": _policy_update(roles.reasoner, trace["id"]),
+                },
+                "monitor": {
+                    **report.to_dict(),
+                    "text": audit.text,
+                    "prompt_tokens": int(audit.prompt_tokens),
+                    "completion_tokens": int(audit.completion_tokens),
+                    "policy_update": _policy_update(roles.monitor, trace["id"]),
+                },
+                "controller": {
+                    "action": decision.action,
+                    "action_name": decision.action_name,
+                    "justification": decision.justification,
+                    "suggestions": decision.suggestions,
+                    "corrected_reasoning": decision.corrected_reasoning,
+                    "answer": answer,
+                    "answer_correct": None if decision.action == RESTART else int(self.grade(answer, d)),
+                    "text": turn.generation.text,
+                    "prompt_tokens": int(turn.generation.prompt_tokens),
+                    "completion_tokens": int(turn.generation.completion_tokens),
+                    "parse": decision.parse,
+                    "policy_update": _policy_update(roles.controller, trace["id"]),
+                },
+            }
+            trace["history"].append(record)
+            trace["num_iterations"] = k
+            for role, generation in (("reasoner", proposal), ("monitor", audit), ("controller", turn.generation)):
+                trace["tokens"][role]["prompt"] += int(generation.prompt_tokens)
+                trace["tokens"][role]["completion"] += int(generation.completion_tokens)
+                self.tokens += int(generation.prompt_tokens) + int(generation.completion_tokens)
+            if decision.action in (ACCEPT, PATCH):
+                trace["status"] = "accepted" if decision.action == ACCEPT else "corrected"
+                trace["final_answer"] = answer
+            elif final:
+                trace["status"] = "max_iterations"
+                trace["final_answer"] = answers[d]
+            else:
+                pending[d] = (proposal.text, restart_feedback(decision, report), correct[d])
+                still.append(d)
+                continue
+            trace["final_correct"] = int(self.grade(trace["final_answer"], d))
+        return still
+
+    def finish(self) -> list[dict]:
+        return self.traces
 
 
 def run_mro(
@@ -191,14 +291,10 @@ def run_mro(
     """Run the MRO loop and yield one finished MRO trace per instance, in input order.
 
     Args:
-        examples: ``Example`` objects (or :class:`~metamod.rollout.debate.DebateItem` with a stream index and task).
+        examples, batch_questions, task, total, progress: as in :func:`~metamod.rollout.engine.run_loop`.
         roles: an :class:`MRORoles` (or any object with ``reasoner``, ``monitor``, ``controller``).
         max_iterations: N, the iteration budget (MC² uses 3; appendix D).
-        batch_questions: instances per chunk (bounds memory; traces are yielded after each chunk).
-        task: task name for plain ``Example`` items (default: ``example.meta["task"]`` or ``"unknown"``).
-        stats: an :class:`MROStats` to fill in (one is created and logged otherwise).
-        progress: show a tqdm bar.
-        total: number of instances, for the progress bar.
+        stats: an :class:`MROStats` to fill in (one is created otherwise; it is logged at the end).
         retry_with_attempt: also show the Reasoner its rejected attempt after a Restart (default ``False``: MC²
             Eq. 4, the retry sees the problem and the feedback only).
 
@@ -208,174 +304,10 @@ def run_mro(
     Raises:
         ValueError: for ``max_iterations < 1`` or a role returning the wrong number of outputs.
     """
-    if max_iterations < 1:
-        raise ValueError(f"max_iterations must be >= 1, got {max_iterations}")
-    if batch_questions < 1:
-        raise ValueError(f"batch_questions must be >= 1, got {batch_questions}")
-    if not isinstance(roles, MRORoles):
-        roles = MRORoles(roles.reasoner, roles.monitor, roles.controller)
-    stats = stats if stats is not None else MROStats()
-    described = roles.describe()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, unit="q", desc="mro", dynamic_ncols=True)
-    started = time.perf_counter()
-    items = (as_item(obj, position, task) for position, obj in enumerate(examples))
-    try:
-        for chunk in chunked(items, batch_questions):
-            yield from _run_chunk(chunk, roles, described, max_iterations, stats, retry_with_attempt)
-            if bar is not None:
-                bar.update(len(chunk))
-    finally:
-        stats.elapsed_s += time.perf_counter() - started
-        if bar is not None:
-            bar.close()
-        s = stats.summary()
-        logger.info(
-            "mro: %d instances, %d iterations, accuracy %s, %.2f instances/s; candidate accuracy by iteration %s",
-            s["questions"],
-            s["iterations"],
-            s["accuracy"],
-            s["instances_per_s"],
-            s["candidate_accuracy_by_iteration"],
-        )
-
-
-def _checked(outputs: list, requests: list, role: str) -> list:
-    if len(outputs) != len(requests):
-        raise ValueError(f"the {role} returned {len(outputs)} outputs for {len(requests)} requests")
-    return outputs
-
-
-def _add_tokens(trace: dict, role: str, generation: Any) -> None:
-    trace["tokens"][role]["prompt"] += int(generation.prompt_tokens)
-    trace["tokens"][role]["completion"] += int(generation.completion_tokens)
-
-
-def _run_chunk(
-    chunk: list[DebateItem],
-    roles: MRORoles,
-    described: dict,
-    budget: int,
-    stats: MROStats,
-    retry_with_attempt: bool = False,
-) -> Iterator[dict]:
-    traces = [_new_trace(item, described, budget, roles.simulated) for item in chunk]
-    grade_cache: dict[tuple, bool] = {}
-
-    def grade(answer: str | None, d: int) -> bool:
-        ex = chunk[d].example
-        key = (answer, ex.id)
-        if key not in grade_cache:
-            grade_cache[key] = answer is not None and is_equivalent(answer, ex.gold, ex.kind, ex.choices)
-        return grade_cache[key]
-
-    pending: dict[int, tuple[str, str, bool]] = {}  # d -> (previous solution, feedback, previous correct)
-    active = list(range(len(chunk)))
-    for k in range(1, budget + 1):
-        if not active:
-            break
-        final = k == budget
-        # ---- Reasoner: one batched call
-        reasoner_requests = [
-            ReasonerRequest(
-                chunk[d].example,
-                k,
-                previous=pending[d][0] if d in pending and retry_with_attempt else None,
-                feedback=pending[d][1] if d in pending else None,
-                previous_correct=pending[d][2] if d in pending else None,
-            )
-            for d in active
-        ]
-        proposals = _checked(roles.reasoner.propose(reasoner_requests), reasoner_requests, "reasoner")
-        stats.calls["reasoner"] += 1
-        answers = {d: extract_answer(g.text) for d, g in zip(active, proposals, strict=True)}
-        correct = {d: grade(answers[d], d) for d in active}
-        # ---- Monitor: one batched call
-        monitor_requests = [
-            MonitorRequest(chunk[d].example, k, g.text, answers[d], correct=correct[d])
-            for d, g in zip(active, proposals, strict=True)
-        ]
-        audits = _checked(roles.monitor.audit(monitor_requests), monitor_requests, "monitor")
-        stats.calls["monitor"] += 1
-        reports = [parse_monitor(g.text) for g in audits]
-        # ---- Controller: one batched call
-        controller_requests = [
-            ControllerRequest(
-                chunk[d].example,
-                k,
-                proposal.text,
-                answers[d],
-                report,
-                report_text(report, audit.text),
-                final=final,
-                correct=correct[d],
-            )
-            for d, proposal, audit, report in zip(active, proposals, audits, reports, strict=True)
-        ]
-        turns = _checked(roles.controller.decide(controller_requests), controller_requests, "controller")
-        stats.calls["controller"] += 1
-        still = []
-        for i, d in enumerate(active):
-            trace, proposal, audit, report, turn = traces[d], proposals[i], audits[i], reports[i], turns[i]
-            decision = turn.decision
-            answer = decision.answer if decision.action == PATCH else answers[d] if decision.action == ACCEPT else None
-            reasoner_parse = "ok" if answers[d] is not None else "no_answer"
-            record = {
-                "iteration": k,
-                "eta": int(correct[d]),
-                "reasoner": {
-                    "text": proposal.text,
-                    "answer": answers[d],
-                    "feedback": pending[d][1] if d in pending else None,
-                    "prompt_tokens": int(proposal.prompt_tokens),
-                    "completion_tokens": int(proposal.completion_tokens),
-                    "parse": reasoner_parse,
-                    "policy_update": _policy_update(roles.reasoner, trace["id"]),
-                },
-                "monitor": {
-                    **report.to_dict(),
-                    "text": audit.text,
-                    "prompt_tokens": int(audit.prompt_tokens),
-                    "completion_tokens": int(audit.completion_tokens),
-                    "policy_update": _policy_update(roles.monitor, trace["id"]),
-                },
-                "controller": {
-                    "action": decision.action,
-                    "action_name": decision.action_name,
-                    "justification": decision.justification,
-                    "suggestions": decision.suggestions,
-                    "corrected_reasoning": decision.corrected_reasoning,
-                    "answer": answer,
-                    "answer_correct": None if decision.action == RESTART else int(grade(answer, d)),
-                    "text": turn.generation.text,
-                    "prompt_tokens": int(turn.generation.prompt_tokens),
-                    "completion_tokens": int(turn.generation.completion_tokens),
-                    "parse": decision.parse,
-                    "policy_update": _policy_update(roles.controller, trace["id"]),
-                },
-            }
-            trace["history"].append(record)
-            trace["num_iterations"] = k
-            for role, generation in (("reasoner", proposal), ("monitor", audit), ("controller", turn.generation)):
-                _add_tokens(trace, role, generation)
-            if decision.action in (ACCEPT, PATCH):
-                trace["status"] = "accepted" if decision.action == ACCEPT else "corrected"
-                trace["final_answer"] = answer
-            elif final:
-                trace["status"] = "max_iterations"
-                trace["final_answer"] = answers[d]
-            else:
-                pending[d] = (proposal.text, restart_feedback(decision, report), correct[d])
-                still.append(d)
-                continue
-            trace["final_correct"] = int(grade(trace["final_answer"], d))
-        active = still
-    for trace in traces:
-        stats.add_trace(trace)  # the one way a trace is counted (a resumed file is counted the same)
-    yield from traces
+    loop = MROLoop(
+        roles, max_iterations=max_iterations, stats=stats or MROStats(), retry_with_attempt=retry_with_attempt
+    )
+    yield from run_loop(examples, loop, batch_questions=batch_questions, task=task, progress=progress, total=total)
 
 
 def _policy_update(role: Any, example_id: str) -> dict[str, Any] | None:
