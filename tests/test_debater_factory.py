@@ -158,7 +158,7 @@ def test_generators_are_loaded_once_per_distinct_backend(tiny_dir, tiny_gen):
     b = BackendConfig(backend="hf", model=str(tiny_dir), device="cpu", adapter="some/adapter")
     unseeded = build_debater_groups([a, a, b], DebaterSpec(), 3, load=load)
     assert len(loads) == 2 and unseeded[0] is unseeded[1] and unseeded[2] is not unseeded[0]
-    assert unseeded[2].agent_settings(2)["adapter"] == "some/adapter" and "adapter" not in unseeded[0].settings
+    assert unseeded[2].agent_settings(2)["adapter"] == "some/adapter" and "adapter" not in unseeded[0].extra
     loads.clear()
     seeded = build_debater_groups([a, a, b], DebaterSpec(seed=0), 3, load=load)
     assert len(loads) == 2 and len({id(g) for g in seeded}) == 3

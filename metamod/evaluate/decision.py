@@ -46,10 +46,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from metamod.llm.base import Generation, Generator, SamplingConfig, chat_checked
-from metamod.memory.base import ask_guidance
+from metamod.llm.base import Generator, SamplingConfig
 from metamod.prompts import format_responses, render
 from metamod.rewards.moderator import STOP, final_answer, parse_decision
+from metamod.rollout.roles import LLMRole
 from metamod.rollout.state import moderator_messages
 from metamod.tasks.base import Example
 from metamod.tasks.voting import all_agree, majority_answer
@@ -174,12 +174,6 @@ def round_majority(debate: dict[str, Any], round_index: int, seed: int) -> str |
     )
 
 
-def _single_call(generator: Generator, conversations: list[list[dict]], sampling: SamplingConfig) -> list[Generation]:
-    if sampling.n != 1:
-        raise ValueError(f"decision layers make one decision per debate: sampling.n must be 1, got {sampling.n}")
-    return chat_checked(generator, conversations, sampling)
-
-
 # --------------------------------------------------------------------------------------------- base
 
 
@@ -202,18 +196,17 @@ class DecisionLayer(ABC):
         """0-based index of the round at which this layer forces a decision."""
         return self.context.max_rounds - 1
 
-    def _guided(self, conversation: list[dict], debate: dict[str, Any], role: str, round_index: int) -> list[dict]:
-        """``conversation`` with the memory's guidance for ``role`` (moderator / judge) prepended to its first message.
+    def _llm(self, generator: Generator, sampling: SamplingConfig, role: str) -> LLMRole:
+        """The layer's LLM as a :class:`~metamod.rollout.roles.LLMRole` (``role``: ``moderator`` / ``judge``): one
+        decision per debate, the memory's guidance asked for the debate's question and round."""
+        if sampling.n != 1:
+            raise ValueError(f"decision layers make one decision per debate: sampling.n must be 1, got {sampling.n}")
+        return LLMRole(generator, sampling, role=role, memory=self.context.memory, method=self.name)
 
-        The memory sees the debate's question only (a gold-free :class:`~metamod.tasks.base.Example`).
-        """
-        if self.context.memory is None:
-            return conversation
-        asked = Example(
-            id=str(debate["id"]), question=str(debate["question"]), gold="", kind=debate.get("kind", "math")
-        )
-        guidance = ask_guidance(self.context.memory, asked, role, step=round_index, method=self.name)
-        return guidance.prepend_to_first(conversation)
+    @staticmethod
+    def _question(debate: dict[str, Any]) -> Example:
+        """The debate's question as the memory sees it: a gold-free :class:`~metamod.tasks.base.Example`."""
+        return Example(id=str(debate["id"]), question=str(debate["question"]), gold="", kind=debate.get("kind", "math"))
 
     @abstractmethod
     def decide(self, round_index: int, debates: list[dict[str, Any]]) -> list[StepDecision]:
@@ -259,8 +252,9 @@ class Judge(DecisionLayer):
     def decide(self, round_index, debates):
         if round_index < self.last_round:
             return [StepDecision(stop=False) for _ in debates]
+        judge = self._llm(self.context.judge, self.context.judge_sampling, "judge")
         conversations = [
-            self._guided(
+            judge.guided(
                 [
                     {
                         "role": "user",
@@ -269,13 +263,12 @@ class Judge(DecisionLayer):
                         ),
                     }
                 ],
-                d,
-                "judge",
-                round_index,
+                self._question(d),
+                step=round_index,
             )
             for d in debates
         ]
-        outputs = _single_call(self.context.judge, conversations, self.context.judge_sampling)
+        outputs = judge.chat(conversations)
         return [
             StepDecision(
                 stop=True,
@@ -303,13 +296,16 @@ class Moderator(DecisionLayer):
         continues. At the forced last round (``final=True``) every debate stops with :func:`final_answer` of the
         output. ``valid`` is the strict protocol verdict either way.
         """
+        moderator = self._llm(self.generator, self.context.moderator_sampling, "moderator")
         conversations = [
-            self._guided(
-                moderator_messages(d["question"], round_texts(d, round_index), final=final), d, "moderator", round_index
+            moderator.guided(
+                moderator_messages(d["question"], round_texts(d, round_index), final=final),
+                self._question(d),
+                step=round_index,
             )
             for d in debates
         ]
-        outputs = _single_call(self.generator, conversations, self.context.moderator_sampling)
+        outputs = moderator.chat(conversations)
         decisions = []
         for g in outputs:
             parsed = parse_decision(g.text)

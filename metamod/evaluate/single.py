@@ -32,9 +32,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from metamod.llm.base import Conversation, Generation, chat_checked
+from metamod.llm.base import Conversation, Generation
 from metamod.memory.base import ask_guidance
 from metamod.prompts import render
+from metamod.rollout.roles import LLMRole
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer
 from metamod.tasks.voting import majority_answer
@@ -94,6 +95,19 @@ class SingleAgentMethod:
             raise ValueError(
                 f"method {self.name!r} needs an agent: an LLM generator (debater backend) or simulated debaters"
             )
+        #: the agent as an LLM role (``None`` in the simulated world): seeded, per-call ``n`` and decoding overrides
+        self.llm = (
+            None
+            if context.agent is None
+            else LLMRole(
+                context.agent,
+                dataclasses.replace(context.agent_sampling, seed=context.seed),
+                role="single",
+                memory=context.memory,
+                method=self.name,
+                who="agent",
+            )
+        )
 
     # ---- LLM helpers
     def _prompt(self, example: Example, template: str) -> str:
@@ -101,8 +115,7 @@ class SingleAgentMethod:
         return ask_guidance(self.context.memory, example, "single", method=self.name).prepend_to(text)
 
     def _chat(self, conversations: list[Conversation], *, n: int = 1) -> list[Generation]:
-        sampling = dataclasses.replace(self.context.agent_sampling, n=n, seed=self.context.seed)
-        return chat_checked(self.context.agent, conversations, sampling, who="agent")
+        return self.llm.chat(conversations, n=n)
 
     # ---- simulated helpers
     def _sim(self, requests: list[Any], group: Any = None) -> list[Generation]:

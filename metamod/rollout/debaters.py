@@ -23,10 +23,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig, chat_checked
+from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
 from metamod.llm.budget import cut_guidance
-from metamod.memory.base import Guidance, ask_guidance
+from metamod.memory.base import Guidance
 from metamod.prompts import format_responses, render
+from metamod.rollout.roles import LLMRole
 from metamod.tasks.base import Example
 
 logger = logging.getLogger(__name__)
@@ -135,8 +136,9 @@ def _cut_front(text: str, words: int) -> str:
     return TRIM_MARKER + " ".join(parts[words:])
 
 
-class LLMDebaters:
-    """Debaters backed by one generation backend; one ``generator.chat`` call per round.
+class LLMDebaters(LLMRole):
+    """Debaters backed by one generation backend (an :class:`~metamod.rollout.roles.LLMRole` in role ``debater``);
+    one ``generator.chat`` call per round.
 
     Args:
         generator: any :class:`~metamod.llm.base.Generator`.
@@ -152,8 +154,6 @@ class LLMDebaters:
         num_trimmed: number of prompts shortened to fit the context.
     """
 
-    simulated = False
-
     def __init__(
         self,
         generator: Generator,
@@ -166,14 +166,17 @@ class LLMDebaters:
     ) -> None:
         if sampling.n != 1:
             raise ValueError(f"debaters produce one response per agent turn: sampling.n must be 1, got {sampling.n}")
-        self.generator = generator
-        self.sampling = sampling
-        self.backend = backend
-        self.model = str(getattr(generator, "name", type(generator).__name__))
+        model = str(getattr(generator, "name", type(generator).__name__))
+        super().__init__(
+            generator,
+            sampling,
+            role="debater",
+            memory=memory,
+            backend=backend,
+            settings=settings,
+            who=f"{model}: backend",
+        )
         self.confidence = confidence
-        self.memory = memory
-        self.settings = dict(settings or {})
-        self.num_calls = 0
         self.num_trimmed = 0
         self._template_tokens: dict[tuple[str, ...], int] = {}
 
@@ -184,12 +187,8 @@ class LLMDebaters:
             "max_tokens": self.sampling.max_tokens,
             "seed": self.sampling.seed,
             "confidence": self.confidence,
-            **self.settings,
+            **self.extra,
         }
-
-    def _guidance(self, request: DebateRequest) -> Guidance:
-        """The memory's guidance for this agent and round (empty without a memory)."""
-        return ask_guidance(self.memory, request.example, "debater", agent=request.agent, step=request.round)
 
     def _fits_by_bound(self, conversation: Conversation, budget: int) -> bool:
         """Cheap check that skips exact token counting: a text never has more tokens than UTF-8 bytes.
@@ -254,7 +253,9 @@ class LLMDebaters:
             return []
         conversations, trimmed = [], []
         for request in requests:
-            conversation, was_trimmed = self._fit(request, self._guidance(request))
+            conversation, was_trimmed = self._fit(
+                request, self.ask(request.example, agent=request.agent, step=request.round)
+            )
             conversations.append(conversation)
             trimmed.append(was_trimmed)
         num_trimmed = sum(trimmed)
@@ -270,8 +271,7 @@ class LLMDebaters:
                 self.sampling.max_tokens,
                 self.num_trimmed,
             )
-        generations = chat_checked(self.generator, conversations, self.sampling, who=f"{self.model}: backend")
-        self.num_calls += 1
+        generations = self.chat(conversations)
         return [
             DebaterGeneration(
                 text=g.text,

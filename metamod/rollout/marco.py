@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from metamod.memory.base import GuidanceRequest, render_guidance, with_guidance
+from metamod.memory.base import ask_guidance
 from metamod.prompts import render
 from metamod.rollout.coding.agents import (
     DEDUCTION_CHECKS,
@@ -206,11 +206,9 @@ class MarcoLoop:
 
     def _agent(self, ex: Example, j: int) -> _AgentState:
         """Agent ``j`` on ``ex`` before iteration 1: the problem and the memory's guidance."""
-        request = GuidanceRequest(ex, "debater", agent=j, step=0, method=self.method)
-        guidance = self.memory.guidance(request) if self.memory else None
+        guidance = ask_guidance(self.memory, ex, "debater", agent=j, step=0, method=self.method)
         prompt = render("marco_propose", problem=problem_prompt(ex), answer_format=answer_format(ex))
-        prompt = with_guidance(prompt, render_guidance(guidance.text) if guidance else "")
-        return _AgentState([{"role": "user", "content": prompt}], len(guidance.item_ids) if guidance else 0)
+        return _AgentState([{"role": "user", "content": guidance.prepend_to(prompt)}], len(guidance.item_ids))
 
     def step(self, t: int, active: list[int]) -> list[int]:
         settings, examples, states, iterations = self.settings, self.examples, self.states, self.iterations

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from metamod.errors import ConfigError
-from metamod.llm.base import Conversation, Generation, chat_checked
+from metamod.llm.base import Conversation, Generation
 from metamod.tasks.grading import extract_answer
 
 from ..single import SingleAgentMethod, SingleOutcome
@@ -142,12 +142,10 @@ class BaselineMethod(SingleAgentMethod):
         if not conversations:
             return []
         base = self.context.agent_sampling
-        sampling = dataclasses.replace(
-            base,
+        return self.llm.chat(
+            conversations,
             n=n,
-            seed=self.context.seed,
             max_tokens=base.max_tokens if max_tokens is None else max_tokens,
             stop=base.stop if stop is None else list(stop),
             logprobs=logprobs or base.logprobs,
         )
-        return chat_checked(self.context.agent, conversations, sampling, who="agent")
