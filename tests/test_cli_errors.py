@@ -331,7 +331,7 @@ def test_error_types_are_value_errors():
 
 def test_domain_errors_are_anticipated_and_keep_their_bases():
     from metamod.llm.openai_backend import BackendError
-    from metamod.rollout.traces import TraceError
+    from metamod.rollout.trace_schema import TraceError
     from metamod.train.hub import HubUploadError
 
     for cls, base in ((TraceError, ValueError), (BackendError, RuntimeError), (HubUploadError, RuntimeError)):

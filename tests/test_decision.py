@@ -9,7 +9,7 @@ from metamod.evaluate.methods import METHODS, build_method
 from metamod.evaluate.metrics import method_metrics
 from metamod.evaluate.replay import replay
 from metamod.llm.base import Generation, SamplingConfig
-from metamod.rollout.traces import SCHEMA_VERSION
+from metamod.rollout.trace_schema import SCHEMA_VERSION
 from metamod.tasks.voting import majority_answer
 
 

@@ -17,7 +17,8 @@ from metamod.rollout.mro.roles import (
 )
 from metamod.rollout.mro.simulated import MROSimulationConfig, expected_first_accuracy, simulated_roles
 from metamod.rollout.mro.traces import example_mro_trace, validate_mro_trace
-from metamod.rollout.traces import TraceError, TraceWriter, read_traces, validate_trace
+from metamod.rollout.trace_schema import TraceError
+from metamod.rollout.traces import TraceWriter, read_traces, validate_trace
 from metamod.tasks import load_task
 from metamod.tasks.base import Example
 

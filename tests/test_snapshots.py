@@ -10,7 +10,8 @@ from metamod.rollout.debate import run_debates
 from metamod.rollout.simulated import SimulatedDebaters
 from metamod.rollout.snapshots import COLUMNS, build_dataset, main, snapshot_rows
 from metamod.rollout.state import moderator_messages
-from metamod.rollout.traces import TraceError, TraceWriter, example_trace
+from metamod.rollout.trace_schema import TraceError
+from metamod.rollout.traces import TraceWriter, example_trace
 from metamod.tasks import load_task
 
 

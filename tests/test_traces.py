@@ -5,14 +5,14 @@ import logging
 
 import pytest
 
+from metamod.files import repair_torn_tail
+from metamod.rollout.trace_schema import TraceError
 from metamod.rollout.traces import (
-    TraceError,
     TraceWriter,
     example_trace,
     in_shard,
     merge_shards,
     read_traces,
-    repair_torn_tail,
     shard_filename,
     shard_of,
     validate_trace,

@@ -27,8 +27,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from metamod.files import JsonlWriter, iter_jsonl, repair_torn_tail  # repair_torn_tail: also imported from here
-from metamod.rollout.trace_schema import QUESTION_FIELDS, SCHEMA_VERSION, TraceError  # noqa: F401 (re-exported)
+from metamod.files import JsonlWriter, iter_jsonl, repair_torn_tail
+from metamod.rollout.trace_schema import (
+    QUESTION_FIELDS,
+    SCHEMA_VERSION,
+    TraceError,
+    check_binary,
+    check_field,
+    check_record,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,22 +60,6 @@ _RESPONSE_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-def _type_names(types: tuple[type, ...]) -> str:
-    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
-
-
-def _check_field(obj: dict, name: str, types: tuple[type, ...], where: str) -> None:
-    if name not in obj:
-        raise TraceError(f"{where}: missing field {name!r}")
-    value = obj[name]
-    # bool is an int subclass: an int field must not silently accept True/False and vice versa.
-    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-    if not ok:
-        raise TraceError(
-            f"{where}: field {name!r} must be {_type_names(types)}, got {type(value).__name__} {value!r:.60}"
-        )
-
-
 def validate_trace(trace: Any, where: str = "trace") -> dict:
     """Check one trace object against schema version 1.
 
@@ -90,22 +81,13 @@ def validate_trace(trace: Any, where: str = "trace") -> dict:
     ...
     metamod.rollout.trace_schema.TraceError: f.jsonl:3: field 'rounds[0].eta' must be 0 or 1, got 2
     """
-    if not isinstance(trace, dict):
-        raise TraceError(f"{where}: expected a JSON object, got {type(trace).__name__}")
-    if "loop" in trace and trace["loop"] != "debate":  # MRO traces share files, writer and merge; own schema
+    if isinstance(trace, dict) and "loop" in trace and trace["loop"] != "debate":  # MRO traces: their own payload
         from metamod.rollout.mro.traces import validate_mro_trace
 
         return validate_mro_trace(trace, where)
-    for name, types in _TOP_FIELDS.items():
-        _check_field(trace, name, types, where)
-    if trace["schema_version"] != SCHEMA_VERSION:
-        raise TraceError(
-            f"{where}: field 'schema_version' is {trace['schema_version']}, this metamod reads version {SCHEMA_VERSION}"
-        )
+    check_record(trace, _TOP_FIELDS, where)
     if trace["stop_reason"] not in STOP_REASONS:
         raise TraceError(f"{where}: field 'stop_reason' must be one of {STOP_REASONS}, got {trace['stop_reason']!r}")
-    if "index" in trace and (not isinstance(trace["index"], int) or isinstance(trace["index"], bool)):
-        raise TraceError(f"{where}: optional field 'index' must be int, got {trace['index']!r}")
     agents = trace["agents"]
     if not agents:
         raise TraceError(f"{where}: field 'agents' is empty; a debate has at least one agent")
@@ -113,7 +95,7 @@ def validate_trace(trace: Any, where: str = "trace") -> dict:
         if not isinstance(agent, dict):
             raise TraceError(f"{where}: field 'agents[{i}]' must be an object")
         for name, types in (("index", (int,)), ("backend", (str,)), ("model", (str,)), ("settings", (dict,))):
-            _check_field(agent, name, types, f"{where}: agents[{i}]")
+            check_field(agent, name, types, f"{where}: agents[{i}]")
     rounds = trace["rounds"]
     if len(rounds) != trace["num_rounds"]:
         raise TraceError(f"{where}: field 'num_rounds' is {trace['num_rounds']} but 'rounds' has {len(rounds)} entries")
@@ -122,8 +104,7 @@ def validate_trace(trace: Any, where: str = "trace") -> dict:
             raise TraceError(f"{where}: field 'rounds[{t}]' must be an object")
         if rnd.get("round") != t:
             raise TraceError(f"{where}: field 'rounds[{t}].round' must be {t}, got {rnd.get('round')!r}")
-        if rnd.get("eta") not in (0, 1) or isinstance(rnd.get("eta"), bool):
-            raise TraceError(f"{where}: field 'rounds[{t}].eta' must be 0 or 1, got {rnd.get('eta')!r}")
+        check_binary(rnd.get("eta"), f"rounds[{t}].eta", where)
         responses = rnd.get("responses")
         if not isinstance(responses, list) or len(responses) != len(agents):
             raise TraceError(f"{where}: field 'rounds[{t}].responses' must list one response per agent ({len(agents)})")
@@ -131,7 +112,7 @@ def validate_trace(trace: Any, where: str = "trace") -> dict:
             if not isinstance(resp, dict):
                 raise TraceError(f"{where}: field 'rounds[{t}].responses[{j}]' must be an object")
             for name, types in _RESPONSE_FIELDS.items():
-                _check_field(resp, name, types, f"{where}: rounds[{t}].responses[{j}]")
+                check_field(resp, name, types, f"{where}: rounds[{t}].responses[{j}]")
     return trace
 
 

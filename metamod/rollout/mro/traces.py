@@ -34,15 +34,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from metamod.rollout.trace_schema import QUESTION_FIELDS, SCHEMA_VERSION, TraceError
+from metamod.rollout.trace_schema import (
+    QUESTION_FIELDS,
+    SCHEMA_VERSION,
+    TraceError,
+    check_binary,
+    check_field,
+    check_record,
+)
 
 ROLES = ("reasoner", "monitor", "controller")
 STATUSES = ("accepted", "corrected", "max_iterations")
 _STR_OR_NONE = (str, type(None))
-
-
-def _top_fields() -> dict[str, tuple[type, ...]]:
-    return {**QUESTION_FIELDS, **_MRO_FIELDS}
 
 
 _MRO_FIELDS: dict[str, tuple[type, ...]] = {
@@ -79,89 +82,64 @@ _ROLE_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
 }
 
 
-def _error(message: str) -> Exception:
-    return TraceError(message)
-
-
-def _check(obj: dict, name: str, types: tuple[type, ...], where: str) -> None:
-    if name not in obj:
-        raise _error(f"{where}: missing field {name!r}")
-    value = obj[name]
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-        raise _error(f"{where}: field {name!r} must be {names}, got {type(value).__name__} {value!r:.60}")
-
-
-def _binary(value: Any, field: str, where: str) -> None:
-    if value not in (0, 1) or isinstance(value, bool):
-        raise _error(f"{where}: field {field!r} must be 0 or 1, got {value!r}")
-
-
 def validate_mro_trace(trace: Any, where: str = "trace") -> dict:
     """Check one MRO trace against the schema above; returns it unchanged when valid.
 
     Raises:
         TraceError: naming the location and the bad field.
     """
-    if not isinstance(trace, dict):
-        raise _error(f"{where}: expected a JSON object, got {type(trace).__name__}")
-    for name, types in _top_fields().items():
-        _check(trace, name, types, where)
-    if trace["schema_version"] != SCHEMA_VERSION:
-        raise _error(f"{where}: field 'schema_version' is {trace['schema_version']}, expected {SCHEMA_VERSION}")
+    check_record(trace, {**QUESTION_FIELDS, **_MRO_FIELDS}, where)
     if trace["loop"] != "mro":
-        raise _error(f"{where}: field 'loop' must be 'mro' for an MRO trace, got {trace['loop']!r}")
+        raise TraceError(f"{where}: field 'loop' must be 'mro' for an MRO trace, got {trace['loop']!r}")
     if trace["status"] not in STATUSES:
-        raise _error(f"{where}: field 'status' must be one of {STATUSES}, got {trace['status']!r}")
-    _binary(trace["final_correct"], "final_correct", where)
-    if "index" in trace and (not isinstance(trace["index"], int) or isinstance(trace["index"], bool)):
-        raise _error(f"{where}: optional field 'index' must be int, got {trace['index']!r}")
+        raise TraceError(f"{where}: field 'status' must be one of {STATUSES}, got {trace['status']!r}")
+    check_binary(trace["final_correct"], "final_correct", where)
     for role in ROLES:
         spec = trace["roles"].get(role)
         if not isinstance(spec, dict):
-            raise _error(f"{where}: field 'roles.{role}' must be an object with backend, model, settings")
+            raise TraceError(f"{where}: field 'roles.{role}' must be an object with backend, model, settings")
         for name, types in (("backend", (str,)), ("model", (str,)), ("settings", (dict,))):
-            _check(spec, name, types, f"{where}: roles.{role}")
+            check_field(spec, name, types, f"{where}: roles.{role}")
         tokens = trace["tokens"].get(role)
         if not isinstance(tokens, dict):
-            raise _error(f"{where}: field 'tokens.{role}' must be an object with prompt and completion")
+            raise TraceError(f"{where}: field 'tokens.{role}' must be an object with prompt and completion")
         for name in ("prompt", "completion"):
-            _check(tokens, name, (int,), f"{where}: tokens.{role}")
+            check_field(tokens, name, (int,), f"{where}: tokens.{role}")
     history, budget = trace["history"], trace["max_iterations"]
     if budget < 1:
-        raise _error(f"{where}: field 'max_iterations' must be >= 1, got {budget}")
+        raise TraceError(f"{where}: field 'max_iterations' must be >= 1, got {budget}")
     if len(history) != trace["num_iterations"] or not 1 <= len(history) <= budget:
-        raise _error(
+        raise TraceError(
             f"{where}: field 'num_iterations' is {trace['num_iterations']} and 'history' has {len(history)} records; "
             f"expected equal and in 1..max_iterations ({budget})"
         )
     for k, record in enumerate(history):
         at = f"history[{k}]"
         if not isinstance(record, dict):
-            raise _error(f"{where}: field {at!r} must be an object")
+            raise TraceError(f"{where}: field {at!r} must be an object")
         if record.get("iteration") != k + 1:
-            raise _error(f"{where}: field '{at}.iteration' must be {k + 1}, got {record.get('iteration')!r}")
-        _binary(record.get("eta"), f"{at}.eta", where)
+            raise TraceError(f"{where}: field '{at}.iteration' must be {k + 1}, got {record.get('iteration')!r}")
+        check_binary(record.get("eta"), f"{at}.eta", where)
         for role, fields in _ROLE_FIELDS.items():
             output = record.get(role)
             if not isinstance(output, dict):
-                raise _error(f"{where}: field '{at}.{role}' must be an object")
+                raise TraceError(f"{where}: field '{at}.{role}' must be an object")
             for name, types in fields.items():
-                _check(output, name, types, f"{where}: {at}.{role}")
+                check_field(output, name, types, f"{where}: {at}.{role}")
         action = record["controller"]["action"]
         if action not in (1, 2, 3):
-            raise _error(f"{where}: field '{at}.controller.action' must be 1, 2 or 3, got {action!r}")
+            raise TraceError(f"{where}: field '{at}.controller.action' must be 1, 2 or 3, got {action!r}")
         last = k == len(history) - 1
         if not last and action != 3:
-            raise _error(
+            raise TraceError(
                 f"{where}: field '{at}.controller.action' is {action} but the loop went on; only the last "
                 "record may Accept (1) or Patch (2)"
             )
     ending = {1: "accepted", 2: "corrected", 3: "max_iterations"}[history[-1]["controller"]["action"]]
     if trace["status"] != ending:
-        raise _error(f"{where}: field 'status' is {trace['status']!r} but the last action says {ending!r}")
+        raise TraceError(f"{where}: field 'status' is {trace['status']!r} but the last action says {ending!r}")
     if ending == "max_iterations" and len(history) != budget:
-        raise _error(f"{where}: status 'max_iterations' after {len(history)} of {budget} iterations")
+        raise TraceError(f"{where}: status 'max_iterations' after {len(history)} of {budget} iterations")
     return trace
 
 
