@@ -10,7 +10,8 @@ import pytest
 
 from metamod.tasks import TASKS, TaskConfig, load_task
 from metamod.tasks import benchmarks as benchmarks_module
-from metamod.tasks.grading import APPROX_REL_TOL, is_equivalent, normalize_answer
+from metamod.tasks.approx import APPROX_REL_TOL
+from metamod.tasks.grading import is_equivalent, normalize_answer
 from metamod.tasks.theoremqa import ANSWER_TYPE_KINDS, TheoremQATask, theoremqa_gold
 
 # Rows written for these tests (not copied from the benchmark), in the hub's column layout.

@@ -59,17 +59,8 @@ from typing import Any, ClassVar
 
 from metamod.llm.base import Conversation, Generation
 from metamod.prompts import render
-from metamod.rollout.coding.agents import (
-    DEDUCTION_CHECKS,
-    FEEDBACK_MODES,
-    CodeAgent,
-    CodeTurn,
-    answer_format,
-    check_proposals,
-    code_meta,
-    feedback_text,
-    problem_prompt,
-)
+from metamod.rollout.coding.agents import CodeAgent, answer_format, check_proposals, feedback_text, problem_prompt
+from metamod.rollout.coding.turn import DEDUCTION_CHECKS, FEEDBACK_MODES, CodeTurn, code_meta
 from metamod.tasks.base import Example
 
 from .baselines._common import read_options

@@ -181,7 +181,7 @@ class EvalConfig:
         default_factory=dict,
         metadata={
             "help": "Per-method settings by method name, e.g. {tot: {candidates: 5, keep: 2, depth: 2}, mro: "
-            "{max_iterations: 3}} (YAML mapping; each method documents and checks its own keys)."
+            "{monitor_max_tokens: 24}} (YAML mapping; each method documents and checks its own keys)."
         },
     )
     # ---- outputs

@@ -48,18 +48,8 @@ from typing import Any
 
 from metamod.memory.base import ask_guidance
 from metamod.prompts import render
-from metamod.rollout.coding.agents import (
-    DEDUCTION_CHECKS,
-    FEEDBACK_MODES,
-    CodeAgent,
-    CodeTurn,
-    answer_format,
-    check_proposals,
-    code_meta,
-    feedback_text,
-    problem_prompt,
-    subtask_of,
-)
+from metamod.rollout.coding.agents import CodeAgent, answer_format, check_proposals, feedback_text, problem_prompt
+from metamod.rollout.coding.turn import DEDUCTION_CHECKS, FEEDBACK_MODES, CodeTurn, code_meta, subtask_of
 from metamod.rollout.engine import Grader, LoopItem, run_loop
 from metamod.tasks.base import Example
 from metamod.tasks.grading import is_equivalent, normalize_answer

@@ -48,7 +48,7 @@ import re
 import string
 from collections.abc import Sequence
 
-from metamod.tasks.approx import APPROX_REL_TOL, approx_equal, approx_key  # noqa: F401 (APPROX_REL_TOL: re-exported)
+from metamod.tasks.approx import approx_equal, approx_key
 from metamod.tasks.math_values import (
     TEXT_WRAP_RE,
     boxed_contents,

@@ -29,15 +29,7 @@ from typing import Any
 from metamod.llm.base import Conversation, Generation
 from metamod.memory.base import Guidance, ask_guidance
 from metamod.prompts import render
-from metamod.rollout.coding.turn import (  # noqa: F401 (re-exported: the code methods import them from here)
-    DEDUCTION_CHECKS,
-    FEEDBACK_MODES,
-    STAGES,
-    SUBTASK_KINDS,
-    CodeTurn,
-    code_meta,
-    subtask_of,
-)
+from metamod.rollout.coding.turn import CodeTurn, code_meta, subtask_of
 from metamod.rollout.roles import LLMRole
 from metamod.tasks.base import Example
 
