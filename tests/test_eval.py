@@ -357,3 +357,15 @@ def test_memory_is_observed_and_saved_per_batch(tmp_path):
     assert [r["memory_batch"] for r in rows] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert all(isinstance(r["methods"]["consensus"]["memory_items"], list) for r in rows)
     assert len(doc["results"]["arith"]["consensus"]["accuracy_by_batch"]) == 2
+
+
+def test_max_rounds_is_declared_once_for_rollout_and_eval():
+    import dataclasses
+
+    from metamod.rollout.run import RolloutConfig
+
+    fields = [{f.name: f for f in dataclasses.fields(cls)}["max_rounds"] for cls in (RolloutConfig, EvalConfig)]
+    assert fields[0].default == fields[1].default == 5 and fields[0].metadata == fields[1].metadata
+    for cls in (RolloutConfig, EvalConfig):
+        with pytest.raises(ConfigError, match="max_rounds must be >= 1, got 0"):
+            cls(max_rounds=0)

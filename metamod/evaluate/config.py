@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from metamod.errors import ConfigError, InputError, check_safetensors, load_json
+from metamod.rollout.debate import check_max_rounds, max_rounds_field
 
 from .methods import METHODS, method_spec
 
@@ -96,7 +97,7 @@ class EvalConfig:
         },
     )
     # ---- debate
-    max_rounds: int = field(default=5, metadata={"help": "Debate budget T_max (number of rounds)."})
+    max_rounds: int = max_rounds_field()
     num_agents: int = field(default=2, metadata={"help": "Number of debaters N."})
     debaters: str = field(
         default="simulated", metadata={"help": f"Debater kind: {', '.join(DEBATER_KINDS)} (a generation backend)."}
@@ -205,6 +206,7 @@ class EvalConfig:
             raise ValueError(f"methods: unknown method(s) {unknown}. Valid names: {', '.join(sorted(METHODS))}")
         if not self.methods:
             raise ValueError("methods is empty; list at least one of " + ", ".join(sorted(METHODS)))
+        check_max_rounds(self.max_rounds)
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods lists a method twice: {self.methods}")
         if self.mode not in MODES:

@@ -31,6 +31,35 @@ from metamod.tasks.grading import extract_answer
 
 StopHook = Callable[[int, list[dict]], list[bool]]
 
+#: T_max when a config sets none (Meta-Moderator runs its debates for up to 5 rounds)
+DEFAULT_MAX_ROUNDS = 5
+
+
+def max_rounds_field() -> Any:
+    """The ``max_rounds`` option, declared ONCE for every command that runs debates (``RolloutConfig``,
+    ``EvalConfig``); its value reaches :func:`run_debates` and, in eval, ``LayerContext.max_rounds``."""
+    return field(
+        default=DEFAULT_MAX_ROUNDS,
+        metadata={"help": "T_max, the debate budget in rounds (rounds 0..T_max-1; a moderator's last is forced)."},
+    )
+
+
+def check_max_rounds(value: Any) -> int:
+    """``value`` when it is a valid ``max_rounds``, else a one-line :class:`~metamod.errors.ConfigError`.
+
+    >>> check_max_rounds(3)
+    3
+    >>> check_max_rounds(0)
+    Traceback (most recent call last):
+    ...
+    metamod.errors.ConfigError: max_rounds must be >= 1, got 0
+    """
+    from metamod.errors import ConfigError
+
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"max_rounds must be >= 1, got {value!r}")
+    return value
+
 
 @dataclass
 class DebateStats(LoopStats):
@@ -224,7 +253,7 @@ def run_debates(
     examples: Iterable[Example | LoopItem],
     debaters: Sequence[DebaterGroup],
     *,
-    max_rounds: int = 5,
+    max_rounds: int = DEFAULT_MAX_ROUNDS,
     stop_hook: StopHook | None = None,
     batch_questions: int = 256,
     task: str | None = None,

@@ -39,7 +39,7 @@ from metamod.config import (
 )
 from metamod.errors import InputError
 from metamod.files import LOCK_FILE, FolderLock, atomic_write_json, check_unlocked, path_signature
-from metamod.rollout.debate import DebateStats, run_debates
+from metamod.rollout.debate import DebateStats, check_max_rounds, max_rounds_field, run_debates
 from metamod.rollout.debater_factory import DebaterSpec, build_debater_groups
 from metamod.rollout.debaters import DebaterGroup
 from metamod.rollout.engine import Grader, LoopItem
@@ -119,7 +119,7 @@ class RolloutConfig:
         },
     )
     num_agents: int = field(default=2, metadata={"help": "N, the number of debaters (>= 2)."})
-    max_rounds: int = field(default=5, metadata={"help": "T_max, the number of debate rounds (rounds 0..T_max-1)."})
+    max_rounds: int = max_rounds_field()
     temperature: float = field(default=0.7, metadata={"help": "LLM debaters: sampling temperature (0 = greedy)."})
     top_p: float = field(default=1.0, metadata={"help": "LLM debaters: nucleus sampling mass."})
     max_tokens: int = field(default=512, metadata={"help": "LLM debaters: max new tokens per response."})
@@ -172,8 +172,7 @@ class RolloutConfig:
             role_specs(self.roles)
         if self.num_agents < 2:
             raise ConfigError(f"num_agents must be >= 2 (a debate needs two debaters), got {self.num_agents}")
-        if self.max_rounds < 1:
-            raise ConfigError(f"max_rounds must be >= 1, got {self.max_rounds}")
+        check_max_rounds(self.max_rounds)
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:

@@ -1,4 +1,5 @@
-"""ONE way to build the MRO roles from a ``roles`` setting, shared by ``metamod rollout`` (``loop: mro``) and eval.
+"""The MRO roles of ``metamod rollout`` (``loop: mro``) from its ``roles`` setting. (The evaluation's MRO methods
+build theirs from the evaluation's own generators, the agent model and the moderator: evaluate/mro_methods.py.)
 
 The ``roles`` setting is one of:
 
