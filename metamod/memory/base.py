@@ -5,10 +5,10 @@ The evaluation harness drives every memory the same way::
     for batch in batches(examples, memory_batch_size):
         memory.begin_batch(batch)                              # optional batched preparation (no gold)
         for example in batch:
-            g = memory.guidance(GuidanceRequest(example, "reasoner", agent=None, step=0, method="mc2"))
-            ... solve: a non-empty ``g.text`` is wrapped in the ``memory_guidance`` template
-                (:func:`render_guidance`) and prepended to the caller's prompt, or, when ``g.policy`` and the
-                caller has a policy part (the MRO roles), put in place of that part; ``g.item_ids`` are logged ...
+            g = ask_guidance(memory, example, "reasoner", step=0, method="mc2")  # asks memory.guidance
+            ... solve: g.prepend_to_first(conversation) wraps a non-empty ``g.text`` in the ``memory_guidance``
+                template (:func:`render_guidance`) in front of the caller's prompt, or, when ``g.policy`` and the
+                caller has a policy part (the MRO roles), it goes in place of that part; ``g.item_ids`` are logged ...
             memory.observe(Observation(example, trace, outcome, decisions, served=memory.served_ids(example.id)))
         memory.end_batch()                                     # consolidate; only now can guidance change
         memory.save(folder)                                    # resume point
