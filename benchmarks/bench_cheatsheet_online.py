@@ -6,7 +6,8 @@ stream of new behaviour embeddings inserted one at a time with ``partial_fit``, 
 births by cause (``novelty`` = rho_new > tau_new, ``sample`` = the Bernoulli(rho_new) draw, ``refit`` = components
 opened by the refit's Gibbs sweep), merges (symmetric-KL merges in refit) and ``removed`` (components the sweep
 emptied), and the churn of every refit: the fraction of the rows stored before the refit whose persistent component
-id ``component_ids_[labels_]`` changed across it (:func:`metamod.memory.organisers.churn`, the paper's M[b, a]).
+id ``component_ids_[labels_]`` changed across it (:func:`metamod.memory.cheatsheet.organisers.churn`, the paper's
+M[b, a]).
 Every HDP configuration starts from the SAME offline fit (one ``fit``, then ``HDPGMM.from_state_arrays`` with the
 configuration's ``tau_new`` / ``birth`` / ``merge``), so the tables differ only in the online protocol.
 
@@ -41,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from metamod.memory.cheatsheet.organisers import build_organiser, churn
 from metamod.memory.hdp import HDPGMM
-from metamod.memory.organisers import build_organiser, churn
 
 REFIT_INTERVALS = (0, 5, 10, 25, 50, 100)
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -105,8 +106,8 @@ def synthetic(
 
 def from_corpus(folder: str, *, seed: int, fraction: float = 0.7) -> Dataset:
     """A fitted cheatsheet folder: PCA-projected E(description) rows, a random ``fraction`` fitted, the rest streamed."""
-    from metamod.memory.corpus import load_fitted
-    from metamod.memory.projector import PCAProjection
+    from metamod.memory.cheatsheet.corpus import load_fitted
+    from metamod.memory.cheatsheet.projector import PCAProjection
 
     corpus = load_fitted(folder)
     X = PCAProjection.from_state_arrays(corpus.prefixed("pca")).transform(corpus.arrays["raw"]).astype(np.float64)

@@ -1,7 +1,7 @@
 """Medoid benchmark: the cost of the exact medoid and the error of the candidate search used above its size limit.
 
 A retrieved component is shown to the solver as its medoid (the member with the least summed Euclidean distance to
-the other members; :func:`metamod.memory.organisers.medoid_index`). Exact costs O(n^2 D), so clusters larger than
+the other members; :func:`metamod.memory.medoids.medoid_index`). Exact costs O(n^2 D), so clusters larger than
 ``MEDOID_EXACT_MAX`` rows are searched among their ``MEDOID_CANDIDATES`` rows nearest the mean. This script
 measures, in D = 128 (the paper's PCA dimension):
 
@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from metamod.memory.organisers import MEDOID_CANDIDATES, MEDOID_EXACT_MAX, medoid_index, summed_distances
+from metamod.memory.medoids import MEDOID_CANDIDATES, MEDOID_EXACT_MAX, medoid_index, summed_distances
 
 
 def cluster(shape: str, n: int, dim: int, rng: np.random.Generator) -> np.ndarray:

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("metamod.demo:main", "the whole pipeline on the embedded SmolLM2 model (CPU; --world simulated: fast)"),
     "model": ("metamod.llm.embedded:main", "prepare / locate the embedded SmolLM2-135M-Instruct model (once)"),
     "mine-behaviours": (
-        "metamod.memory.mine:main",
+        "metamod.memory.cheatsheet.mine:main",
         "solve -> reflect -> extract reasoning behaviours -> behaviours.jsonl",
     ),
     "sweep": (
@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run a paper config end to end on a CPU: tiny model, fixture data, the config's own budgets",
     ),
     "fit-cheatsheet": (
-        "metamod.memory.cheatsheet_fit:main",
+        "metamod.memory.cheatsheet.fit:main",
         "fit the Bayesian Cheatsheet (PCA, projector, HDP-GMM) on mined behaviours",
     ),
 }

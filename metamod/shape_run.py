@@ -331,9 +331,9 @@ def _dependencies(kind: str, raw: dict[str, Any], run: ShapeRunConfig, out: Path
 
 def _embedded_fixture(source: Path, folder: Path) -> str:
     """``source`` (behaviours in the mined schema) copied into ``folder`` with its hashing embeddings beside it."""
-    from metamod.memory.corpus import BEHAVIOURS_FILE, read_behaviours
+    from metamod.memory.cheatsheet.corpus import BEHAVIOURS_FILE, read_behaviours
+    from metamod.memory.cheatsheet.mine import write_embeddings
     from metamod.memory.embed import build_embedder
-    from metamod.memory.mine import write_embeddings
 
     folder.mkdir(parents=True, exist_ok=True)
     behaviours = read_behaviours(source)

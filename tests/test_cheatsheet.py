@@ -16,7 +16,7 @@ from metamod.llm.base import Generation
 from metamod.memory import build_memory
 from metamod.memory.base import GuidanceRequest, Observation
 from metamod.memory.cheatsheet import Cheatsheet, CheatsheetOptions
-from metamod.memory.corpus import load_fitted
+from metamod.memory.cheatsheet.corpus import load_fitted
 from metamod.memory.embed import HashingEmbedder
 from metamod.tasks.base import Example
 from tests._memory_data import NoGoldExample
@@ -436,7 +436,7 @@ def test_paper_fit_config_is_table_3():
     import numpy as np
 
     from metamod.config import parse_config
-    from metamod.memory.cheatsheet_fit import FitCheatsheetConfig
+    from metamod.memory.cheatsheet.fit import FitCheatsheetConfig
     from metamod.memory.hdp import HDPGMM
     from metamod.memory.hdp.support import preset_prior
 

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from metamod.memory.kmeans import HardKMeans, SoftKMeans
-from metamod.memory.organisers import churn
+from metamod.memory.cheatsheet.kmeans import HardKMeans, SoftKMeans
+from metamod.memory.cheatsheet.organisers import churn
 
 # Three clusters in 2-D, fitted from a given start that is already a Lloyd fixed point:
 # A = {a}, B = {b1, b2} (mean (0, 0)), C = {c}.

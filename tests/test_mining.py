@@ -12,16 +12,16 @@ import pytest
 from metamod.config import ConfigError, SettingsMismatchError
 from metamod.files import read_jsonl
 from metamod.llm.base import Generation
-from metamod.memory import mine as mine_module
-from metamod.memory.mine import MineConfig, build_behaviours, main, mine_behaviours
-from metamod.memory.mining import (
+from metamod.memory.cheatsheet import mine as mine_module
+from metamod.memory.cheatsheet.mine import MineConfig, build_behaviours, main, mine_behaviours
+from metamod.memory.cheatsheet.mining import (
     dedupe_by_name,
     parse_behaviour_records,
     placeholderise,
     reflect_and_extract,
     solve,
 )
-from metamod.memory.projector import PCAProjection, ProjectorOptions, QueryProjector, train_projector
+from metamod.memory.cheatsheet.projector import PCAProjection, ProjectorOptions, QueryProjector, train_projector
 
 # --------------------------------------------------------------------------------------------- parsers
 
@@ -423,7 +423,7 @@ def test_hashing_users_never_import_torch():
 
 
 def test_reflection_records_read_method_sentences_and_skip_verdicts():
-    from metamod.memory.mining import reflection_records
+    from metamod.memory.cheatsheet.mining import reflection_records
 
     text = (
         "No, the attempted solution is wrong.\n1. Convert both lengths to centimetres before adding 3 and 40.\n"
@@ -439,7 +439,7 @@ def test_reflection_records_read_method_sentences_and_skip_verdicts():
 
 
 def test_records_from_chooses_the_source_without_remining():
-    from metamod.memory.mine import build_behaviours
+    from metamod.memory.cheatsheet.mine import build_behaviours
 
     row = {
         "id": "arith/a",

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from metamod.errors import ConfigError
-from metamod.memory import organisers
-from metamod.memory.kmeans import HardKMeans, SoftKMeans
-from metamod.memory.organisers import (
+from metamod.memory import medoids
+from metamod.memory.cheatsheet import organisers
+from metamod.memory.cheatsheet.kmeans import HardKMeans, SoftKMeans
+from metamod.memory.cheatsheet.organisers import (
     ORGANISERS,
     FlatIndex,
     OrganiserSpec,
@@ -38,7 +39,7 @@ def test_registry_names_and_specs():
     assert organiser_class("kmeans_hard") == (HardKMeans, {})
     assert organiser_class("kmeans_soft")[0] is SoftKMeans
     assert organiser_class("flat")[0] is FlatIndex and organiser_class("random")[0] is RandomIndex
-    assert isinstance(build_organiser("metamod.memory.organisers:FlatIndex"), FlatIndex)  # dotted path
+    assert isinstance(build_organiser("metamod.memory.cheatsheet.organisers:FlatIndex"), FlatIndex)  # dotted path
 
 
 def test_unknown_name_and_bad_params_fail_in_one_line():
@@ -222,29 +223,29 @@ def test_medoid_index_is_the_exact_medoid_in_any_cluster(seed):
     rng = np.random.default_rng(seed)
     Y = np.concatenate([rng.normal(size=(60, 4)), rng.standard_t(2, size=(15, 4)) * 4 + 3])  # skewed, heavy-tailed
     sums = _brute_sums(Y)
-    assert organisers.medoid_index(Y) == int(np.argmin(sums))
-    np.testing.assert_allclose(organisers.summed_distances(Y), sums, rtol=1e-9, atol=1e-9)
+    assert medoids.medoid_index(Y) == int(np.argmin(sums))
+    np.testing.assert_allclose(medoids.summed_distances(Y), sums, rtol=1e-9, atol=1e-9)
     # blocks smaller than the cluster give the same sums (the chunked path of a huge cluster)
-    saved = organisers._CHUNK_CELLS
+    saved = medoids._CHUNK_CELLS
     try:
-        organisers._CHUNK_CELLS = 7 * len(Y)
-        np.testing.assert_allclose(organisers.summed_distances(Y), sums, rtol=1e-9, atol=1e-9)
+        medoids._CHUNK_CELLS = 7 * len(Y)
+        np.testing.assert_allclose(medoids.summed_distances(Y), sums, rtol=1e-9, atol=1e-9)
     finally:
-        organisers._CHUNK_CELLS = saved
+        medoids._CHUNK_CELLS = saved
 
 
 def test_medoid_index_above_the_exact_size_searches_candidates_near_the_mean():
     rng = np.random.default_rng(5)
     Y = np.concatenate([rng.normal(size=(400, 8)), rng.normal(size=(40, 8)) + 6.0])
-    exact = organisers.medoid_index(Y)
-    approx = organisers.medoid_index(Y, exact_max=100, candidates=40)
+    exact = medoids.medoid_index(Y)
+    approx = medoids.medoid_index(Y, exact_max=100, candidates=40)
     sums = _brute_sums(Y)
     assert sums[approx] <= sums[exact] * (1 + 1e-4)  # within 0.01% of the exact medoid's summed distance
-    assert organisers.medoid_index(Y, exact_max=100, candidates=len(Y)) == exact  # every row a candidate: exact
-    assert organisers.medoid_index(Y[:2]) == 0 and organisers.medoid_index(Y[:1]) == 0
+    assert medoids.medoid_index(Y, exact_max=100, candidates=len(Y)) == exact  # every row a candidate: exact
+    assert medoids.medoid_index(Y[:2]) == 0 and medoids.medoid_index(Y[:1]) == 0
 
 
 def test_medoid_rows_falls_back_to_the_row_nearest_the_mean_without_members():
     X = np.array([[0.0], [1.0], [2.0], [3.0], [100.0], [9.0]])
-    got = organisers.medoid_rows(X, np.array([0, 0, 0, 0, 0, 1]), np.array([[21.2], [9.0], [50.0]]), [2, 0, 1])
+    got = medoids.medoid_rows(X, np.array([0, 0, 0, 0, 0, 1]), np.array([[21.2], [9.0], [50.0]]), [2, 0, 1])
     assert got == {2: 5, 0: 2, 1: 5}

@@ -50,10 +50,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
+from metamod.memory.cheatsheet.corpus import corpus_embedder
 from metamod.memory.curation import (
     MAX_TEXT_CHARS,
     chat_texts,
-    corpus_embedder,
     lines,
     load_corpus,
     needs_llm_message,

@@ -21,8 +21,8 @@ import numpy as np
 from metamod.llm.base import chat_checked
 from metamod.memory.base import Observation
 from metamod.memory.bot import trajectory
-from metamod.memory.corpus import read_behaviours, recorded_embedder
-from metamod.memory.embed import Embedder, l2_normalise, select_embedder
+from metamod.memory.cheatsheet.corpus import read_behaviours
+from metamod.memory.embed import Embedder, l2_normalise
 from metamod.prompts import render
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,8 @@ def corpus_file(path: str | Path) -> Path:
 
 def load_corpus(path: str | Path) -> list[dict[str, Any]]:
     """The behaviours of a mined corpus: ``{id, name, description, domain, question}`` per row, file order; read
-    by :func:`metamod.memory.corpus.read_behaviours` (the one reader), names and descriptions cleaned for prompts.
+    by :func:`metamod.memory.cheatsheet.corpus.read_behaviours` (the one reader), names and descriptions cleaned for
+    prompts.
 
     Raises:
         FileNotFoundError: no behaviours.jsonl there.
@@ -122,16 +123,6 @@ def load_corpus(path: str | Path) -> list[dict[str, Any]]:
         }
         for row in read_behaviours(corpus_file(path))
     ]
-
-
-def corpus_embedder(options: Any, given: Embedder | None = None) -> Embedder:
-    """The encoder of a memory that reads a corpus (``dc``, ``ace``): ``given`` when not None, else
-    :func:`~metamod.memory.embed.select_embedder` of the options' ``embedder`` / ``embedder_model`` and the encoder
-    the options' ``corpus`` records (read for a cold start too: the corpus names the evaluation's encoder)."""
-    if given is not None:
-        return given
-    recorded = recorded_embedder(options.corpus) if options.corpus else None
-    return select_embedder(options.embedder, options.embedder_model, recorded, source=f"corpus {options.corpus}")
 
 
 def corpus_embeddings(path: str | Path, embedder: Embedder, rows: int) -> tuple[np.ndarray, np.ndarray] | None:

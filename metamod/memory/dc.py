@@ -59,10 +59,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
+from metamod.memory.cheatsheet.corpus import corpus_embedder
 from metamod.memory.curation import (
     best_scores,
     chat_texts,
-    corpus_embedder,
     corpus_embeddings,
     lines,
     load_corpus,

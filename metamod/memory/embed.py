@@ -362,8 +362,9 @@ def select_embedder(
     Args:
         embedder: the options' ``embedder`` (None: not set).
         embedder_model: the options' ``embedder_model`` (a local folder, or the ``lm`` embedder's alias).
-        recorded: the spec the memory's corpus was embedded with (:func:`metamod.memory.corpus.recorded_embedder`;
-            None: no corpus, or one that records no encoder).
+        recorded: the spec the memory's corpus was embedded with
+            (:func:`metamod.memory.cheatsheet.corpus.recorded_embedder`; None: no corpus, or one that records no
+            encoder).
         source: how to name the corpus in errors.
 
     Returns:

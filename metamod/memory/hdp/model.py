@@ -488,8 +488,8 @@ class HDPGMM:
 
     def _medoids_of(self, rows: np.ndarray | None, K: int) -> np.ndarray:
         """(K,) medoid row per component among ``rows`` (None: all; -1: no member): the hard member with the least
-        summed Euclidean distance to the others (:func:`metamod.memory.organisers.medoid_index`)."""
-        from metamod.memory.organisers import medoids_by_label
+        summed Euclidean distance to the others (:func:`metamod.memory.medoids.medoid_index`)."""
+        from metamod.memory.medoids import medoids_by_label
 
         out = np.full(K, -1, dtype=np.int64)
         for k, row in medoids_by_label(self._Xc64, self._z, range(K), rows).items():

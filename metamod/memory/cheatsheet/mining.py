@@ -11,7 +11,7 @@ own prompts (``behaviour_solve``, ``behaviour_reflect``, ``behaviour_extract`` i
 
 :func:`reflect_and_extract` (stages 2 and 3 on ``(question, solution)`` pairs) does not depend on tasks or gold
 answers, so a memory can run it online on the solver's own solutions. ``metamod mine-behaviours``
-(:mod:`metamod.memory.mine`) runs all three over task questions and writes the behaviour corpus.
+(:mod:`metamod.memory.cheatsheet.mine`) runs all three over task questions and writes the behaviour corpus.
 
 >>> text = '''Behaviours:
 ... 1. **Track Running Total**: keep a running total of 17 passengers and add each change.

@@ -1,8 +1,9 @@
 """``metamod mine-behaviours``: solve -> reflect -> extract over task questions, written as a behaviour corpus.
 
 ``metamod mine-behaviours --config configs/memory/mine_smol.yaml [--key value ...]`` streams the questions of the
-configured tasks (each with a ``domain`` label), runs the three stages of :mod:`metamod.memory.mining` on batches
-of ``batch_size`` questions (one batched ``generator.chat`` call per stage and batch) and writes to ``output_dir``:
+configured tasks (each with a ``domain`` label), runs the three stages of :mod:`metamod.memory.cheatsheet.mining` on
+batches of ``batch_size`` questions (one batched ``generator.chat`` call per stage and batch) and writes to
+``output_dir``:
 
 - ``mined.jsonl``: one row per question, appended and fsynced per batch (the resume unit): ``id``, ``domain``,
   ``task``, ``example_id``, ``question``, ``gold``, ``kind``, the three stage texts (``solution``,
@@ -48,7 +49,7 @@ from metamod.config import (
 )
 from metamod.files import JsonlWriter, atomic_write_json, iter_jsonl, path_signature, write_after_checks
 from metamod.llm.base import Generator, SamplingConfig
-from metamod.memory import mining
+from metamod.memory.cheatsheet import mining
 from metamod.tasks import load_task
 from metamod.tasks.base import Example
 
@@ -347,7 +348,7 @@ def read_mined(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def row_records(row: dict[str, Any], records_from: str = "extraction", limit: int = 5) -> list[list[str]]:
-    """A mined row's records from the chosen source (:data:`metamod.memory.mining.RECORD_SOURCES`)."""
+    """A mined row's records from the chosen source (:data:`metamod.memory.cheatsheet.mining.RECORD_SOURCES`)."""
     if records_from == "extraction":
         return [list(r) for r in row["records"]]
     outputs = mining.StageOutputs(

@@ -38,6 +38,7 @@ import numpy as np
 
 from metamod.errors import InputError, load_json, load_npz
 from metamod.files import JsonlError, atomic_write_json, atomic_write_text, iter_jsonl
+from metamod.memory.embed import Embedder, select_embedder
 
 BEHAVIOURS_FILE = "behaviours.jsonl"
 EMBEDDINGS_FILE = "embeddings.npz"
@@ -142,6 +143,16 @@ def recorded_embedder(path: str | os.PathLike) -> dict[str, Any] | None:
             if isinstance(spec, dict) and spec.get("name"):
                 return dict(spec)
     return None
+
+
+def corpus_embedder(options: Any, given: Embedder | None = None) -> Embedder:
+    """The encoder of a memory that reads a corpus (``cheatsheet``, ``dc``, ``ace``): ``given`` when not None, else
+    :func:`~metamod.memory.embed.select_embedder` of the options' ``embedder`` / ``embedder_model`` and the encoder
+    the options' ``corpus`` records (read for a cold start too: the corpus names the evaluation's encoder)."""
+    if given is not None:
+        return given
+    recorded = recorded_embedder(options.corpus) if options.corpus else None
+    return select_embedder(options.embedder, options.embedder_model, recorded, source=f"corpus {options.corpus}")
 
 
 @dataclass

@@ -7,8 +7,8 @@ and their embeddings (``embeddings.npz`` next to the file), then:
 2. trains the query projector f_theta (an MLP from the question embedding E(question) to the PCA embedding of a
    behaviour mined from it, appendix D.3) unless ``projector: false``;
 3. fits the HDP-GMM on the projected behaviours with their domains (collapsed Gibbs, ``hdp_params``);
-4. writes ``corpus.json``, ``behaviours.jsonl`` and ``arrays.npz`` (:mod:`metamod.memory.corpus`) and prints K, the
-   per-domain counts, the projector's held-out error and the time each step took.
+4. writes ``corpus.json``, ``behaviours.jsonl`` and ``arrays.npz`` (:mod:`metamod.memory.cheatsheet.corpus`) and
+   prints K, the per-domain counts, the projector's held-out error and the time each step took.
 
 The folder is what ``memory_options: {corpus: runs/bc}`` of the cheatsheet memories reads.
 """
@@ -25,7 +25,7 @@ import numpy as np
 
 from metamod.config import ConfigError, check_output_dir, parse_config
 from metamod.files import write_after_checks
-from metamod.memory.corpus import FITTED_MANIFEST, read_behaviours, read_embeddings, write_fitted
+from metamod.memory.cheatsheet.corpus import FITTED_MANIFEST, read_behaviours, read_embeddings, write_fitted
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ class FitCheatsheetConfig:
 
 def fit_cheatsheet(config: FitCheatsheetConfig) -> dict[str, Any]:
     """Run the three fitting steps and write the fitted corpus; returns its manifest."""
+    from metamod.memory.cheatsheet.projector import ProjectorOptions
     from metamod.memory.hdp import HDPGMM
-    from metamod.memory.projector import ProjectorOptions
 
     source = Path(config.behaviours)
     out = Path(config.output_dir)
@@ -108,7 +108,7 @@ def _built(key: str, kind: type, options: dict[str, Any]) -> Any:
 
 def _fit(config, source, out, behaviours, raw, queries, embedder, hdp, options) -> dict[str, Any]:
     """The three fitting steps and the write, with ``out`` locked."""
-    from metamod.memory.projector import PCAProjection, train_projector
+    from metamod.memory.cheatsheet.projector import PCAProjection, train_projector
 
     domains = sorted({b["domain"] for b in behaviours})
     domain_ids = np.array([domains.index(b["domain"]) for b in behaviours], dtype=np.int64)

@@ -7,7 +7,7 @@ of its members to mu_k, S_k, so the per-cluster variance is sigma_k^2 = S_k / (N
 sigma_k^2, floored at ``min_variance``. A singleton cluster has sigma_k^2 = 0 and enters the average as 0 (its true
 member variance); the floor only keeps sigma^2 > 0 when every cluster is a singleton (or all rows coincide).
 Top-k (or every weight >= ``threshold``), each with its medoid row: the hard member (``labels_``) with the least
-summed Euclidean distance to the cluster's other hard members (:func:`~metamod.memory.organisers.medoid_rows`).
+summed Euclidean distance to the cluster's other hard members (:func:`~metamod.memory.medoids.medoid_rows`).
 
 **Hard k-means** (:class:`HardKMeans`). ``fit``: k-means++ seeding (numpy generator from ``seed``) then Lloyd
 iterations (assign to the nearest centroid, recompute means, drop emptied clusters) until the assignment stops
@@ -53,7 +53,8 @@ import numpy as np
 from scipy import sparse
 from scipy.special import logsumexp
 
-from metamod.memory.organisers import RowStore, as_rows, check_domains, medoid_rows, select_components
+from metamod.memory.cheatsheet.organisers import RowStore, as_rows, check_domains, select_components
+from metamod.memory.medoids import medoid_rows
 
 logger = logging.getLogger(__name__)
 

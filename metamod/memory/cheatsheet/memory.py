@@ -1,7 +1,7 @@
 """The Bayesian Cheatsheet (``memory: cheatsheet``): mined behaviours organised by an HDP-GMM, retrieved per question.
 
 One memory class serves the method and its structured baselines; what differs is the *organiser* (the retrieval
-structure over behaviour embeddings, :mod:`metamod.memory.organisers`) and the space it lives in:
+structure over behaviour embeddings, :mod:`metamod.memory.cheatsheet.organisers`) and the space it lives in:
 
 ==================  ==========================================  =======================================
 organiser           structure                                   paper row
@@ -28,7 +28,7 @@ Life cycle (memory protocol v2, :mod:`metamod.memory.base`):
   component above ``threshold``) at once; the guidance is each component's medoid behaviour, one
   ``- name: description`` line per component, item ids = the behaviours' ids.
 - ``online: true``: each observed question's own solution is reflected on and its behaviours extracted by the memory
-  LLM (:func:`metamod.memory.mining.reflect_and_extract`, two batched calls per memory batch, the question's
+  LLM (:func:`metamod.memory.cheatsheet.mining.reflect_and_extract`, two batched calls per memory batch, the question's
   correctness never shown: test-time adaptation has no labels), embedded, projected with the fixed PCA and inserted
   one by one (``partial_fit``, soft statistics and novelty births for the HDP); every ``refit_interval`` questions
   the organiser refits and the churn matrix M[b, a] between the component ids before and after is recorded.
@@ -152,7 +152,7 @@ class CheatsheetOptions(MemoryOptions):
             raise ValueError("refit needs online: true (refits reorganise what online updates inserted)")
         if self.cold_start and not self.online:
             raise ValueError("cold_start needs online: true (an empty memory only fills by online mining)")
-        from metamod.memory.mining import RECORD_SOURCES
+        from metamod.memory.cheatsheet.mining import RECORD_SOURCES
 
         if self.records_from not in RECORD_SOURCES:
             raise ValueError(f"records_from={self.records_from!r} is not valid; expected one of {RECORD_SOURCES}")
@@ -196,7 +196,7 @@ class Cheatsheet(BaseMemory):
                     "memory 'cheatsheet' needs memory_options corpus: <folder written by `metamod fit-cheatsheet`> "
                     "(or cold_start: true with online: true)"
                 )
-            from metamod.memory.curation import corpus_embedder
+            from metamod.memory.cheatsheet.corpus import corpus_embedder
 
             self.embedder = corpus_embedder(o)  # a cold start still embeds with the corpus's encoder (appendix D.4)
             self.space = "raw"
@@ -250,8 +250,8 @@ class Cheatsheet(BaseMemory):
         return self
 
     def _load_corpus(self, folder: str) -> None:
-        from metamod.memory.corpus import load_fitted
-        from metamod.memory.projector import PCAProjection, QueryProjector
+        from metamod.memory.cheatsheet.corpus import load_fitted
+        from metamod.memory.cheatsheet.projector import PCAProjection, QueryProjector
 
         o = self.options
         corpus = load_fitted(folder)
@@ -271,7 +271,7 @@ class Cheatsheet(BaseMemory):
         fitted = corpus.prefixed("hdp")
         k_default = int(corpus.manifest.get("hdp", {}).get("n_components", 0)) or None
         if o.organiser == "hdp" and self.space == "projected" and fitted and not o.organiser_params:
-            from metamod.memory.organisers import load_organiser
+            from metamod.memory.cheatsheet.organisers import load_organiser
 
             self.organiser = load_organiser("hdp", fitted, dict(corpus.manifest["hdp"]["params"]))
             self._set_domain_centroids(rows, domain_ids)
@@ -294,7 +294,7 @@ class Cheatsheet(BaseMemory):
         return params
 
     def _fit_organiser(self, rows: np.ndarray, domain_ids: np.ndarray, *, k_default: int | None) -> None:
-        from metamod.memory.organisers import build_organiser
+        from metamod.memory.cheatsheet.organisers import build_organiser
 
         params = self._organiser_params(k_default)
         if params.get("n_clusters") and len(rows) and params["n_clusters"] > len(rows):
@@ -374,7 +374,7 @@ class Cheatsheet(BaseMemory):
         self._retrieved = {}
         if not self.options.online or not records:
             return
-        from metamod.memory.mining import placeholderise, records_of, reflect_and_extract_outputs
+        from metamod.memory.cheatsheet.mining import placeholderise, records_of, reflect_and_extract_outputs
 
         items = [(r["question"], r["solution"]) for r in records]
         limit = self.options.max_behaviours
@@ -426,7 +426,7 @@ class Cheatsheet(BaseMemory):
             self.births[event["cause"]] += 1
 
     def _refit(self) -> None:
-        from metamod.memory.organisers import churn
+        from metamod.memory.cheatsheet.organisers import churn
 
         before = np.asarray(self.organiser.component_ids_)[np.asarray(self.organiser.labels_)].copy()
         k_before = int(self.organiser.n_components_)
@@ -519,8 +519,8 @@ class Cheatsheet(BaseMemory):
         return out
 
     def load_array_state(self, arrays: Mapping[str, np.ndarray]) -> None:
-        from metamod.memory.organisers import load_organiser
-        from metamod.memory.projector import PCAProjection, QueryProjector
+        from metamod.memory.cheatsheet.organisers import load_organiser
+        from metamod.memory.cheatsheet.projector import PCAProjection, QueryProjector
 
         def part(prefix: str) -> dict[str, np.ndarray]:
             return {k[len(prefix) + 1 :]: v for k, v in arrays.items() if k.startswith(prefix + ".")}
