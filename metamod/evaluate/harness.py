@@ -33,9 +33,9 @@ from typing import Any
 
 from metamod.config import check_fingerprint, parse_config, save_resolved_config
 from metamod.memory import MemoryConfig
+from metamod.rollout.engine import Grader
 from metamod.tasks.base import Example
 from metamod.tasks.code.grading import preflight_code_tasks
-from metamod.tasks.grading import is_equivalent
 
 from ..files import JsonlWriter, atomic_write_json, atomic_write_text, write_after_checks
 from .build import build_debaters, build_generators, layer_context, moderator_gold_use, resolve_models
@@ -123,19 +123,15 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
 
 
 class _Grader:
-    """``is_equivalent`` with a cache per (answer, question)."""
+    """The shared grader for one evaluation: the engine's memoised ``is_equivalent``
+    (:class:`~metamod.rollout.engine.Grader`) per (answer, question), and partial credit per pair."""
 
     def __init__(self) -> None:
-        self.cache: dict[tuple, bool] = {}
+        self.equivalent = Grader()
         self.pair_cache: dict[tuple, dict[str, Any]] = {}
 
     def __call__(self, answer: str | None, ex: Example) -> bool:
-        if answer is None:
-            return False
-        key = (answer, ex.id, ex.gold, ex.kind, ex.choices)
-        if key not in self.cache:
-            self.cache[key] = is_equivalent(answer, ex.gold, ex.kind, ex.choices)
-        return self.cache[key]
+        return self.equivalent(answer, ex.gold, ex.kind, ex.choices)
 
     def pairs(self, answer: str | None, ex: Example) -> dict[str, Any]:
         """What a kind with partial credit (``code_function``) adds to a record: ``score`` (this problem's share of
