@@ -128,7 +128,8 @@ def main() -> None:
         dataset = Path(args.dataset)
         traces = dataset.parent / "rollout"
     run("rollout", ["rollout", "--config", "configs/rollout/smol_arith.yaml", "--output_dir", str(traces),
-                    "--task_num_examples", str(args.train_questions), "--progress", "false"],
+                    "--task_options", f"{{arith: {{task_split: train, task_num_examples: {args.train_questions}, "
+                    "task_levels: [0]}}", "--progress", "false"],
         traces / "summary.json", timings)  # fmt: skip
     run("build-dataset", ["build-dataset", "--traces", str(traces / "traces.jsonl"), "--output_dir", str(dataset)],
         dataset / "dataset_dict.json", timings)  # fmt: skip

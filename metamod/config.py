@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,68 @@ def _valid_keys(dataclass_types: Sequence[type]) -> list[str]:
     return sorted(keys)
 
 
-def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = None, *, prog: str | None = None):
+def check_fields(name: str, options: Any, config: type, *, exclude: Sequence[str] = ()) -> None:
+    """The one check of a nested options mapping (``task_options[t]``, ``simulation``, ``mro_simulation``,
+    ``*_backend_options``, ...): a mapping whose keys are fields of the dataclass ``config``; ``exclude`` names the
+    fields set elsewhere. Each field's own value check runs when the dataclass is built from it.
+
+    >>> @dataclasses.dataclass
+    ... class Point:
+    ...     x: int = 0
+    >>> check_fields("point", {"x": 1}, Point)
+    >>> check_fields("point", {"y": 1}, Point)
+    Traceback (most recent call last):
+    ...
+    metamod.errors.ConfigError: point: unknown key(s) ['y']; expected Point fields: x
+    >>> check_fields("point", [1], Point)
+    Traceback (most recent call last):
+    ...
+    metamod.errors.ConfigError: point must be a mapping of Point fields, got [1]
+    """
+    if not isinstance(options, dict):
+        raise ConfigError(f"{name} must be a mapping of {config.__name__} fields, got {options!r}")
+    valid = [f.name for f in dataclasses.fields(config) if f.name not in exclude]
+    unknown = sorted(str(key) for key in options if key not in valid)
+    if unknown:
+        raise ConfigError(f"{name}: unknown key(s) {unknown}; expected {config.__name__} fields: {', '.join(valid)}")
+
+
+def _moved_keys_note(keys: Sequence[str], moved: Mapping[str, str] | None) -> str:
+    """Where each of ``keys`` that ``moved`` knows belongs now, grouped by place ('' when none is known)."""
+    places: dict[str, list[str]] = {}
+    for key in keys:
+        if moved and key in moved:
+            places.setdefault(moved[key], []).append(key)
+    return "; ".join(f"{', '.join(names)} belong(s) under {place}" for place, names in places.items())
+
+
+def _unknown_keys_error(unknown: Sequence[str], path: Path, valid: Sequence[str], moved: Mapping[str, str] | None):
+    note = _moved_keys_note(unknown, moved)
+    if note and all(moved and key in moved for key in unknown):  # an old flat config: say only where they go
+        return ConfigError(
+            f"{path} uses the old flat key(s) {list(unknown)}: {note} (the nested options shape that rollout and "
+            "eval share; docs/contracts.md)"
+        )
+    return ConfigError(
+        f"Unknown key(s) {list(unknown)} in {path}{f': {note}' if note else ''}. Valid keys: {', '.join(valid)}"
+    )
+
+
+def parse_config(
+    dataclass_types: Sequence[type],
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str | None = None,
+    moved: Mapping[str, str] | None = None,
+):
     """Parse ``argv`` (``--config x.yaml --key value ...``) into instances of ``dataclass_types``.
 
     Args:
         dataclass_types: the command's config dataclasses, in order.
         argv: the arguments (defaults to ``sys.argv[1:]``).
         prog: program name shown in ``--help``.
+        moved: ``{old flat key: its place now}`` (e.g. ``{"task_split": "task_options.<task>"}``): such a key, in
+            the file or on the command line, fails naming its new place instead of listing every valid key.
 
     Returns:
         A tuple with one instance per dataclass type.
@@ -69,7 +124,7 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
             )
         unknown = sorted(k for k in data if k not in valid and k not in ("env", "prompts"))
         if unknown:
-            raise ConfigError(f"Unknown key(s) {unknown} in {path}. Valid keys: {', '.join(valid)}")
+            raise _unknown_keys_error(unknown, path, valid, moved)
         _activate_config_prompts(data.get("prompts"), path)
     parser = _parser(dataclass_types, prog)
     try:
@@ -81,7 +136,12 @@ def parse_config(dataclass_types: Sequence[type], argv: Sequence[str] | None = N
         raise ConfigError(message) from err
     remaining = _drop_pair(outputs[-1], "--prompts")  # the config file's `prompts:` key, handled above
     if remaining:
-        raise ConfigError(f"Unknown argument(s) {remaining}. Valid keys: {', '.join('--' + k for k in valid)}")
+        keys = [flag[2:].partition("=")[0] for flag in remaining if flag.startswith("--")]
+        note = _moved_keys_note(keys, moved)
+        raise ConfigError(
+            f"Unknown argument(s) {remaining}{f': {note}' if note else ''}. Valid keys: "
+            + ", ".join("--" + k for k in valid)
+        )
     for config in outputs[:-1]:
         output_dir = getattr(config, "output_dir", None)
         if isinstance(output_dir, str | os.PathLike) and os.fspath(output_dir):
@@ -193,7 +253,8 @@ def _drop_pair(strings: list[str], flag: str) -> list[str]:
 
 
 def config_to_dict(*configs: Any) -> dict[str, Any]:
-    """Merge dataclass configs into one JSON-serialisable dict (later configs win on shared keys).
+    """Merge dataclass configs (or mappings already resolved) into one JSON-serialisable dict (later configs win
+    on shared keys).
 
     When a prompts file is active (``--prompts``), ``prompts_file`` and ``prompts_sha256`` are added, so a run
     resumed under other prompts differs from its saved config.
@@ -204,7 +265,10 @@ def config_to_dict(*configs: Any) -> dict[str, Any]:
     for cfg in configs:
         if cfg is None:
             continue
-        data = cfg.to_dict() if hasattr(cfg, "to_dict") else dataclasses.asdict(cfg)
+        if isinstance(cfg, dict):
+            data = cfg
+        else:
+            data = cfg.to_dict() if hasattr(cfg, "to_dict") else dataclasses.asdict(cfg)
         merged.update(data)
     merged.update(prompts_record())
     return json.loads(json.dumps(merged, default=str))

@@ -108,7 +108,11 @@ class DemoConfig:
     train_config: str | None = field(default=None, metadata={"help": "Moderator training config (None: the world's)."})
     eval_config: str | None = field(default=None, metadata={"help": "Evaluation config (None: the world's)."})
     train_questions: int | None = field(
-        default=None, metadata={"help": "Training debates (questions) (None: the world's: real 32, simulated 400)."}
+        default=None,
+        metadata={
+            "help": "Training debates: the first N questions of the rollout config's tasks (its `limit`; None: the "
+            "world's: real 28 of 160, simulated 400 of 400)."
+        },
     )
     eval_questions: int | None = field(
         default=None, metadata={"help": "Held-out evaluation questions (None: the world's: real 32, simulated 200)."}
@@ -202,7 +206,7 @@ def plan(config: DemoConfig) -> tuple[list[Stage], dict[str, Path]]:
             "rollout",
             rollout_main,
             ["--config", config.rollout_config, "--output_dir", str(paths["traces"].parent),
-             "--task_num_examples", str(config.train_questions), "--progress", "false"],
+             "--limit", str(config.train_questions), "--progress", "false"],
             paths["traces"].parent / "summary.json",
         ),
         Stage(

@@ -180,12 +180,17 @@ def _embedder(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def shape_eval(raw: dict[str, Any], stand: _StandIn, out: Path, deps: dict[str, str]) -> dict[str, Any]:
-    """An eval config with the stand-ins (module docstring)."""
-    cfg = copy.deepcopy(raw)
+def _with_stand_in_tasks(cfg: dict[str, Any], stand: _StandIn) -> dict[str, Any]:
+    """A rollout or eval config (one task-selection shape: ``tasks``, ``task_options``, ``limit``) over the fixtures."""
     tasks = cfg.get("tasks") or ["arith"]
     cfg["task_options"] = {t: stand.task_options(t, (cfg.get("task_options") or {}).get(t)) for t in tasks}
     cfg["limit"] = stand.run.questions
+    return cfg
+
+
+def shape_eval(raw: dict[str, Any], stand: _StandIn, out: Path, deps: dict[str, str]) -> dict[str, Any]:
+    """An eval config with the stand-ins (module docstring)."""
+    cfg = _with_stand_in_tasks(copy.deepcopy(raw), stand)
     cfg["seeds"] = list(cfg.get("seeds") or [0])[:1]
     cfg["output_dir"] = str(out)
     cfg["plots"] = False
@@ -216,13 +221,7 @@ def shape_eval(raw: dict[str, Any], stand: _StandIn, out: Path, deps: dict[str, 
 
 def shape_rollout(raw: dict[str, Any], stand: _StandIn, out: Path, deps: dict[str, str]) -> dict[str, Any]:
     """A rollout config with the stand-ins: its debaters or MRO roles, its task block(s)."""
-    cfg = copy.deepcopy(raw)
-    if isinstance(cfg.get("tasks"), list):
-        cfg["tasks"] = [{**item, **stand.task_options(item["task"], item)} for item in cfg["tasks"]]
-    else:
-        cfg.update(
-            stand.task_options(cfg.get("task", "arith"), {k: v for k, v in cfg.items() if k.startswith("task_")})
-        )
+    cfg = _with_stand_in_tasks(copy.deepcopy(raw), stand)
     for key in ("debaters", "roles"):
         value = cfg.get(key)
         if isinstance(value, list):

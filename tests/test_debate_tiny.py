@@ -42,10 +42,10 @@ def test_engine_on_tiny_model(tiny_dir):
 def test_rollout_cli_on_tiny_model(tiny_dir, tmp_path):
     debaters = json.dumps([{"backend": "hf", "model": str(tiny_dir), "device": "cpu"}])
     argv = [
-        "--task",
+        "--tasks",
         "arith",
-        "--task_num_examples",
-        "2",
+        "--task_options",
+        "{arith: {task_num_examples: 2}}",
         "--debaters",
         debaters,
         "--max_rounds",

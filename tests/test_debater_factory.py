@@ -113,7 +113,7 @@ def test_one_shared_seed_gave_identical_round_0(tiny_gen, questions):
 def test_rollout_and_eval_agree_on_agent_seeds(tiny_dir, tiny_gen):
     backend = json.dumps([{"backend": "hf", "model": str(tiny_dir), "device": "cpu"}])
     rollout = RolloutConfig(debaters=backend, num_agents=3, temperature=1.0, top_p=0.9, max_tokens=8, seed=5)
-    via_rollout = rollout_debaters(rollout, SimulationConfig())
+    via_rollout = rollout_debaters(rollout)
     via_eval = eval_debaters(_eval_config(tiny_dir, num_agents=3, top_p=0.9), seed=5, agent=tiny_gen)
     expected = [agent_seed(5, a) for a in range(3)]
     assert expected == [5, 6, 7]
@@ -179,7 +179,7 @@ def test_simulated_debaters_are_one_group():
     assert isinstance(groups[0], SimulatedDebaters) and groups[0] is groups[1] is groups[2]
     evaluated = eval_debaters(EvalConfig(simulation={"sim_seed": 10}, methods=["majority_vote"]), seed=3)
     assert evaluated[0] is evaluated[1] and evaluated[0].config.sim_seed == 13
-    rolled = rollout_debaters(RolloutConfig(num_agents=2), SimulationConfig(sim_seed=4))
+    rolled = rollout_debaters(RolloutConfig(num_agents=2, simulation={"sim_seed": 4}))
     assert rolled[0] is rolled[1] and rolled[0].agent_settings(0)["sim_seed"] == 4
 
 

@@ -70,7 +70,7 @@ def produce(root: Path, tiny: Path) -> None:
     """Every simulated pipeline, small, into ``root`` (about a minute on 2 cores)."""
     quiet = ["--progress", "false"]
     _run(["rollout", "--config", "configs/rollout/sim_arith.yaml", "--output_dir", str(root / "rollout"),
-          "--task_num_examples", "24", *quiet])  # fmt: skip
+          "--limit", "24", *quiet])  # fmt: skip
     _run(["build-dataset", "--traces", str(root / "rollout" / "traces.jsonl"), "--output_dir", str(root / "dataset")])
     _run(["train", "--config", "configs/train/tiny_sim.yaml", "--model_name_or_path", str(tiny),
           "--build_tiny_model", "false", "--dataset_path", str(root / "dataset"), "--output_dir", str(root / "train"),
@@ -79,7 +79,7 @@ def produce(root: Path, tiny: Path) -> None:
     _run(["eval", "--config", "configs/eval/sim_debate.yaml", "--moderator", str(root / "train"),
           "--output_dir", str(root / "sim_debate"), "--limit", "12", "--plots", "false"])  # fmt: skip
     _run(["rollout", "--config", "configs/rollout/mro_sim.yaml", "--output_dir", str(root / "mro_rollout"),
-          "--task_num_examples", "12", *quiet])  # fmt: skip
+          "--limit", "12", *quiet])  # fmt: skip
     _run(["eval", "--config", "configs/eval/mro_sim.yaml", "--output_dir", str(root / "mro_sim"), "--limit", "12",
           "--plots", "false"])  # fmt: skip
     _run(["eval", "--config", "configs/eval/mc2_sim.yaml", "--output_dir", str(root / "mc2_sim"), "--limit", "20",

@@ -18,7 +18,7 @@ from metamod.rollout.traces import read_traces
 from metamod.train.grpo import main as train_main
 
 REPO = Path(__file__).resolve().parents[1]
-SIM = ["--config", str(REPO / "configs/rollout/mro_sim.yaml"), "--task_num_examples", "40", "--progress", "false"]
+SIM = ["--config", str(REPO / "configs/rollout/mro_sim.yaml"), "--limit", "40", "--progress", "false"]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_changed_settings_are_refused(mro_traces):
     with pytest.raises(ConfigError, match="different settings.*max_iterations"):
         rollout_main(SIM + ["--output_dir", out, "--max_iterations", "2"])
     with pytest.raises(ConfigError, match="different settings.*mro_simulation"):
-        rollout_main(SIM + ["--output_dir", out, "--monitor_detect", "0.2"])
+        rollout_main(SIM + ["--output_dir", out, "--mro_simulation", "{monitor_detect: 0.2}"])
     with pytest.raises(ConfigError, match=r"roles: unknown key\(s\) \[.colour.\]"):
         rollout_main(SIM + ["--output_dir", out, "--roles", '{"backend": "hf", "model": "m", "colour": 1}'])
     with pytest.raises(ConfigError, match="loop must be one of"):

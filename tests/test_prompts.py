@@ -138,7 +138,7 @@ def test_tiny_model_corpus_ignores_prompt_overrides(tmp_path):
 def test_cli_flag_end_to_end(tmp_path, capsys):
     prompts = _write(tmp_path / "prompts.yaml", {"moderator_decide": DECIDE})
     run, data = tmp_path / "run", tmp_path / "ds"
-    rollout = ["rollout", "--config", str(SIM_ROLLOUT), "--task_num_examples", "3", "--output_dir", str(run)]
+    rollout = ["rollout", "--config", str(SIM_ROLLOUT), "--limit", "3", "--output_dir", str(run)]
     assert main([*rollout, "--prompts", str(prompts)]) == 0
     assert PROMPTS_ENV not in os.environ  # the dispatcher restores the caller's environment
     saved = yaml.safe_load((run / "rollout_config.yaml").read_text())

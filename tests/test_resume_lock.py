@@ -36,23 +36,27 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 def test_rollout_with_bad_task_options_writes_nothing_and_the_corrected_rerun_works(tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli_main(["rollout", *SIM, "--task_num_examples", "-5", "--output_dir", str(out)]) == 2
+    assert (
+        cli_main(["rollout", *SIM, "--task_options", "{arith: {task_num_examples: -5}}", "--output_dir", str(out)]) == 2
+    )
     assert "num_examples must be a positive integer" in capsys.readouterr().err
     assert not out.exists()  # not even the folder
     out.mkdir()
-    assert cli_main(["rollout", *SIM, "--task_num_examples", "-5", "--output_dir", str(out)]) == 2
+    assert (
+        cli_main(["rollout", *SIM, "--task_options", "{arith: {task_num_examples: -5}}", "--output_dir", str(out)]) == 2
+    )
     assert _snapshot(out) == {}  # an existing folder stays empty
-    assert cli_main(["rollout", *SIM, "--task_num_examples", "8", "--output_dir", str(out)]) == 0
+    assert cli_main(["rollout", *SIM, "--limit", "8", "--output_dir", str(out)]) == 0
     assert len(list(read_traces(out / "traces.jsonl"))) == 8
 
 
 def test_rollout_refuses_other_settings_in_one_line_naming_the_keys(tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli_main(["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(out)]) == 0
+    assert cli_main(["rollout", *SIM, "--limit", "6", "--output_dir", str(out)]) == 0
     before = _snapshot(out)
     capsys.readouterr()
-    argv = ["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(out), "--max_rounds", "2"]
-    assert cli_main([*argv, "--agent_accuracy", "0.5", "0.5"]) == 2
+    argv = ["rollout", *SIM, "--limit", "6", "--output_dir", str(out), "--max_rounds", "2"]
+    assert cli_main([*argv, "--simulation", "{agent_accuracy: [0.5, 0.5]}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "max_rounds: 3 -> 2" in err and "agent_accuracy" in err
@@ -64,7 +68,7 @@ def test_rollout_refuses_other_settings_in_one_line_naming_the_keys(tmp_path, ca
 
 def test_sharded_overwrite_clears_every_shard_of_the_old_settings(tmp_path):
     out = tmp_path / "sharded"
-    shard = ["--task_num_examples", "10", "--output_dir", str(out), "--num_shards", "2"]
+    shard = ["--limit", "10", "--output_dir", str(out), "--num_shards", "2"]
     for i in range(2):
         assert cli_main(["rollout", *SIM, *shard, "--shard_index", str(i)]) == 0
     new = ["--max_rounds", "2", "--overwrite", "true"]
@@ -99,8 +103,8 @@ def test_second_rollout_into_a_busy_folder_fails_at_once_and_the_lock_dies_with_
             "metamod.cli",
             "rollout",
             *SIM,
-            "--task_num_examples",
-            "500000",
+            "--task_options",
+            "{arith: {task_num_examples: 500000}}",
             "--output_dir",
             str(out),
         ],
@@ -112,7 +116,12 @@ def test_second_rollout_into_a_busy_folder_fails_at_once_and_the_lock_dies_with_
     try:
         _wait_for_lock(out, first)
         started = time.monotonic()
-        assert cli_main(["rollout", *SIM, "--task_num_examples", "500000", "--output_dir", str(out)]) == 2
+        assert (
+            cli_main(
+                ["rollout", *SIM, "--task_options", "{arith: {task_num_examples: 500000}}", "--output_dir", str(out)]
+            )
+            == 2
+        )
         assert time.monotonic() - started < 30  # at once: no debate ran
         err = capsys.readouterr().err
         assert f"{out} is in use by process {first.pid}" in err and len(err.strip().splitlines()) == 1
@@ -122,14 +131,14 @@ def test_second_rollout_into_a_busy_folder_fails_at_once_and_the_lock_dies_with_
     ids = [t["id"] for t in read_traces(out / "traces.jsonl")]  # one writer only: no duplicate, no corrupt line
     assert ids and len(ids) == len(set(ids))
     # the kernel dropped the killed writer's lock: the next run may start at once
-    assert cli_main(["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(out), "--overwrite", "true"]) == 0
+    assert cli_main(["rollout", *SIM, "--limit", "6", "--output_dir", str(out), "--overwrite", "true"]) == 0
 
 
 def test_readers_do_not_take_the_lock(tmp_path):
     from metamod.rollout.snapshots import build_dataset
 
     run = tmp_path / "run"
-    assert cli_main(["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(run)]) == 0
+    assert cli_main(["rollout", *SIM, "--limit", "6", "--output_dir", str(run)]) == 0
     with FolderLock(run):  # a rollout still writing there
         dataset = build_dataset(run / "traces.jsonl", tmp_path / "data", validation_fraction=0.0)
         assert len(dataset["train"]) == 18
@@ -237,7 +246,7 @@ def test_eval_folder_lock_and_folders_without_a_fingerprint(tmp_path):
 
 def test_build_dataset_refuses_other_options_and_a_busy_folder(tmp_path, capsys):
     run = tmp_path / "run"
-    assert cli_main(["rollout", *SIM, "--task_num_examples", "6", "--output_dir", str(run)]) == 0
+    assert cli_main(["rollout", *SIM, "--limit", "6", "--output_dir", str(run)]) == 0
     data = tmp_path / "data"
     argv = ["build-dataset", "--traces", str(run), "--output_dir", str(data)]
     assert cli_main(argv) == 0
@@ -299,7 +308,14 @@ def test_eval_rerun_with_a_changed_debate_setting_is_exit_2_and_one_line(tmp_pat
 
 # ---------------------------------------------------------------------------------------------------- task files
 
-GSM_CONFIG = "task: gsm8k\ntask_split: train\ndebaters: simulated\nmax_rounds: 2\nprogress: false\n"
+GSM_CONFIG = "tasks: [gsm8k]\ndebaters: simulated\nmax_rounds: 2\nprogress: false\n"
+
+
+def _gsm_file(path) -> list[str]:
+    """The options of a gsm8k rollout that reads ``path``."""
+    return ["--task_options", json.dumps({"gsm8k": {"task_split": "train", "task_data_files": str(path)}})]
+
+
 GOOD_ROWS = b'{"question": "1+1?", "answer": "#### 2"}\n{"question": "2+2?", "answer": "#### 4"}\n'
 
 
@@ -317,7 +333,7 @@ def test_rollout_with_a_bad_task_file_fails_before_writing_anything(tmp_path, ca
     config, data, out = tmp_path / "c.yaml", tmp_path / "q.jsonl", tmp_path / "run"
     config.write_text(GSM_CONFIG)
     data.write_bytes(GOOD_ROWS + bad)
-    argv = ["rollout", "--config", str(config), "--task_data_files", str(data), "--output_dir", str(out)]
+    argv = ["rollout", "--config", str(config), *_gsm_file(data), "--output_dir", str(out)]
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(match, err)
@@ -336,14 +352,14 @@ def test_a_relative_and_an_absolute_path_to_one_file_are_one_setting(tmp_path, m
     Path("c.yaml").write_text(GSM_CONFIG)
     Path("q.jsonl").write_bytes(GOOD_ROWS)
     rollout = ["rollout", "--config", "c.yaml", "--output_dir", "run"]
-    assert cli_main([*rollout, "--task_data_files", "q.jsonl"]) == 0
+    assert cli_main([*rollout, *_gsm_file("q.jsonl")]) == 0
     traces = tmp_path / "run" / "traces.jsonl"
     before = traces.read_bytes()
     capsys.readouterr()
-    assert cli_main([*rollout, "--task_data_files", str(tmp_path / "q.jsonl")]) == 0  # resumes: nothing to do
+    assert cli_main([*rollout, *_gsm_file(tmp_path / "q.jsonl")]) == 0  # resumes: nothing to do
     assert "0 new debates (2 already done; 2 in the file)" in capsys.readouterr().out
     assert traces.read_bytes() == before
-    assert cli_main([*rollout, "--task_data_files", "./q.jsonl"]) == 0
+    assert cli_main([*rollout, *_gsm_file("./q.jsonl")]) == 0
 
     eval_options = dict(tasks=["gsm8k"], methods=["majority_vote"], max_rounds=2, plots=False, output_dir="eval")
     first = evaluate(EvalConfig(traces="run/traces.jsonl", **eval_options))

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 SIM = [
     "--config",
     str(REPO / "configs/rollout/sim_arith.yaml"),
-    "--task_num_examples",
+    "--limit",
     "30",
     "--max_rounds",
     "3",
@@ -34,7 +34,8 @@ def test_sim_rollout_writes_traces_config_and_summary(tmp_path, capsys):
     traces = list(read_traces(tmp_path / "traces.jsonl"))
     assert len(traces) == 30 and all(t["simulated"] and t["num_rounds"] == 3 for t in traces)
     saved = yaml.safe_load((tmp_path / "rollout_config.yaml").read_text())
-    assert saved["task_num_examples"] == 30 and saved["max_rounds"] == 3 and saved["debaters"] == "simulated"
+    assert saved["limit"] == 30 and saved["max_rounds"] == 3 and saved["debaters"] == "simulated"
+    assert saved["task_options"]["arith"]["task_num_examples"] == 400 and saved["simulation"]["sim_seed"] == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["simulated"] is True and summary["questions"] == 30 and len(summary["eta_rate_by_round"]) == 3
     assert "simulated" in capsys.readouterr().out
@@ -110,11 +111,11 @@ def test_config_errors_are_clear(tmp_path, capsys):
     with pytest.raises(ConfigError, match="Unknown argument.*--num_debaters"):
         main(SIM + ["--output_dir", str(tmp_path / "o"), "--num_debaters", "3"])
     bad_yaml = tmp_path / "bad.yaml"
-    bad_yaml.write_text("task: arith\nmax_round: 3\n")
+    bad_yaml.write_text("tasks: [arith]\nmax_round: 3\n")
     with pytest.raises(ConfigError, match=r"Unknown key\(s\) \['max_round'\]"):
         main(["--config", str(bad_yaml)])
     with pytest.raises(KeyError, match="Unknown task 'arithmetic'.*arith"):
-        main(SIM + ["--task", "arithmetic"])
+        main(SIM + ["--tasks", "arithmetic"])
     missing = tmp_path / "no-such-model"
     with pytest.raises(FileNotFoundError, match="model folder .*no-such-model.* does not exist"):
         main(
@@ -134,7 +135,7 @@ def test_config_errors_are_clear(tmp_path, capsys):
     with pytest.raises(ConfigError, match="2 backend configs for num_agents=3"):
         main(SIM + ["--num_agents", "3", "--debaters", '[{"model": "a"}, {"model": "b"}]'])
     # through the `metamod` dispatcher: exit code 2 and a one-line message
-    assert cli_main(["rollout"] + SIM + ["--task", "arithmetic"]) == 2
+    assert cli_main(["rollout"] + SIM + ["--tasks", "arithmetic"]) == 2
     assert "Unknown task 'arithmetic'" in capsys.readouterr().err
 
 
@@ -143,15 +144,11 @@ def test_mro_math500_llama8b_config_parses():
     from metamod.config import parse_config
     from metamod.llm import BackendConfig
     from metamod.rollout.mro.factory import SAMPLING_KEYS, role_specs
-    from metamod.rollout.mro.simulated import MROSimulationConfig
     from metamod.rollout.run import RolloutConfig
-    from metamod.rollout.simulated import SimulationConfig
-    from metamod.tasks import TaskConfig
 
     path = REPO / "configs/rollout/mc2_paper_mro_math500_llama8b.yaml"
-    task, config, _, _ = parse_config(
-        [TaskConfig, RolloutConfig, SimulationConfig, MROSimulationConfig], ["--config", str(path)]
-    )
+    (config,) = parse_config([RolloutConfig], ["--config", str(path)])
+    [task] = config.task_configs()
     assert (task.task, task.task_split) == ("math500", "test")
     assert (config.loop, config.max_iterations, config.batch_questions) == ("mro", 3, 50)
     specs = role_specs(config.roles)
@@ -161,25 +158,32 @@ def test_mro_math500_llama8b_config_parses():
 
 
 def test_multi_task_rollout(tmp_path):
-    tasks = [
-        {"task": "arith", "task_num_examples": 3, "task_seed": 1},
-        {"task": "arith", "task_num_examples": 2, "task_seed": 2, "task_split": "test"},
-    ]
-    assert main(SIM + ["--output_dir", str(tmp_path), "--tasks", json.dumps(tasks)]) == 0
+    options = {
+        "arith@one": {"task_num_examples": 3, "task_seed": 1},
+        "arith@two": {"task_num_examples": 2, "task_seed": 2, "task_split": "test"},
+    }
+    argv = ["--output_dir", str(tmp_path), "--tasks", "arith@one", "arith@two", "--task_options", json.dumps(options)]
+    assert main([*SIM[:2], *SIM[4:], *argv]) == 0  # without the config's --limit
     traces = list(read_traces(tmp_path / "traces.jsonl"))
     assert [t["index"] for t in traces] == [0, 1, 2, 3, 4]
     assert [t["id"].split("-")[1] for t in traces] == ["1", "1", "1", "test", "test"]
-    with pytest.raises(ConfigError, match=r"tasks\[0\]: unknown key"):
-        main(SIM + ["--output_dir", str(tmp_path / "x"), "--tasks", '[{"task": "arith", "levels": [1]}]'])
+    assert [t["task"] for t in traces] == ["arith@one"] * 3 + ["arith@two"] * 2
+    with pytest.raises(ConfigError, match=r"task_options\['arith'\]: unknown key\(s\) \['levels'\]"):
+        main(SIM + ["--output_dir", str(tmp_path / "x"), "--task_options", '{"arith": {"levels": [1]}}'])
+    with pytest.raises(ConfigError, match=r"task_options has options for 'gsm8k', which is not in tasks"):
+        main(SIM + ["--output_dir", str(tmp_path / "x"), "--task_options", "{gsm8k: {task_limit: 3}}"])
 
 
 def test_ctrl_c_leaves_a_readable_resumable_file(tmp_path):
     from metamod.rollout.run import RolloutConfig, rollout
-    from metamod.rollout.simulated import SimulationConfig
-    from metamod.tasks import TaskConfig
 
-    task = TaskConfig(task="arith", task_num_examples=30)
-    config = RolloutConfig(output_dir=str(tmp_path / "run"), batch_questions=10, max_rounds=3, progress=False)
+    config = RolloutConfig(
+        task_options={"arith": {"task_num_examples": 30}},
+        output_dir=str(tmp_path / "run"),
+        batch_questions=10,
+        max_rounds=3,
+        progress=False,
+    )
     calls = []
 
     def interrupt_in_third_chunk(round_index, debates):
@@ -189,20 +193,20 @@ def test_ctrl_c_leaves_a_readable_resumable_file(tmp_path):
         return [False] * len(debates)
 
     with pytest.raises(KeyboardInterrupt):
-        rollout(task_config=task, config=config, sim_config=SimulationConfig(), stop_hook=interrupt_in_third_chunk)
+        rollout(config=config, stop_hook=interrupt_in_third_chunk)
     path = tmp_path / "run" / "traces.jsonl"
     assert len(_ids(path)) == 20
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["this_run"]["interrupted"] is True and summary["questions"] == 20
-    rollout(task_config=task, config=config, sim_config=SimulationConfig())
+    rollout(config=config)
     reference = tmp_path / "ref"
     assert (
         main(
             [
-                "--task",
+                "--tasks",
                 "arith",
-                "--task_num_examples",
-                "30",
+                "--task_options",
+                "{arith: {task_num_examples: 30}}",
                 "--max_rounds",
                 "3",
                 "--progress",

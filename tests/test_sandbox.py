@@ -766,7 +766,8 @@ def test_a_code_task_is_refused_at_the_start_without_namespaces_unless_the_fallb
 def test_the_cli_message_names_the_task_and_the_way_out(no_namespaces, tmp_path, capsys):
     from metamod.cli import main as cli
 
-    argv = ["rollout", "--task", "synthetic_code", "--task_subtask", "abduction", "--task_num_examples", "2"]
+    argv = ["rollout", "--tasks", "synthetic_code"]
+    argv += ["--task_options", "{synthetic_code: {task_subtask: abduction, task_num_examples: 2}}"]
     argv += ["--output_dir", str(tmp_path / "r")]
     assert cli(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -91,8 +91,9 @@ def _task_options(kind: str, shaped: dict) -> dict[str, dict]:
         }
     if kind == "train":
         shaped = yaml.safe_load((ROOT / ROLLOUT_FOR_TRAIN).read_text())
-    names = [item["task"] for item in shaped.get("tasks") or []] or ([shaped["task"]] if "task" in shaped else [])
-    return {t: FIXTURES[t] for t in names}
+    if kind in ("rollout", "train"):  # the task selection shared with eval (no fixture options: the fixtures')
+        return {t: FIXTURES[t.partition("@")[0]] for t in shaped.get("tasks") or []}
+    return {item["task"]: FIXTURES[item["task"]] for item in shaped.get("tasks") or []}  # mine-behaviours
 
 
 @pytest.mark.parametrize("paper_config", PAPER_CONFIGS)

@@ -387,11 +387,10 @@ def test_mmlu_training_questions_come_from_mmlu_splits(monkeypatch, caplog):
 
 def test_paper_rollout_config_draws_mmlu_from_validation():
     from metamod.rollout.run import RolloutConfig
-    from metamod.rollout.simulated import SimulationConfig
 
     path = Path(__file__).resolve().parent.parent / "configs" / "rollout" / "paper_gsm8k_mmlu_llama8b.yaml"
-    task, config, _ = parse_config([TaskConfig, RolloutConfig, SimulationConfig], ["--config", str(path)])
-    blocks = {t.task: t for t in config.task_configs(task)}
+    (config,) = parse_config([RolloutConfig], ["--config", str(path)])
+    blocks = {t.task: t for t in config.task_configs()}
     assert (blocks["mmlu"].task_split, blocks["mmlu"].task_limit) == ("validation", 500)
     assert (blocks["gsm8k"].task_split, blocks["gsm8k"].task_limit) == ("train", 500)
 

@@ -217,15 +217,19 @@ def test_r7_export_has_a_lock_and_the_one_error_path(tmp_path, capsys, tiny_mode
 
 # ------------------------------------------------------------------------------------------ R8, R9: rollout task files
 
-ROLLOUT = ["rollout", "--task", "local", "--task_kind", "math", "--debaters", "simulated", "--max_rounds", "2"]
-ROLLOUT += ["--progress", "false"]
+ROLLOUT = ["rollout", "--tasks", "local", "--debaters", "simulated", "--max_rounds", "2", "--progress", "false"]
+
+
+def _local_file(path) -> list[str]:
+    """The options of a rollout over the local math file ``path``."""
+    return ["--task_options", json.dumps({"local": {"task_kind": "math", "task_data_files": str(path)}})]
 
 
 def test_r8_a_task_file_without_a_usable_row_is_refused(tmp_path, capsys):
     data = tmp_path / "q.jsonl"
     data.write_text('{"question": "1+1?", "answer": null}\n{"question": "", "answer": "2"}\n')
     out = tmp_path / "run"
-    argv = [*ROLLOUT, "--task_data_files", str(data), "--output_dir", str(out)]
+    argv = [*ROLLOUT, *_local_file(data), "--output_dir", str(out)]
     _fails(argv, capsys, "task 'local' has no usable question", str(data))
     assert not out.exists()  # no empty traces, summary or fingerprint
 
@@ -234,7 +238,7 @@ def test_r9_an_edited_task_file_is_other_settings(tmp_path, capsys):
     data = tmp_path / "q.jsonl"
     data.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n')
     out = tmp_path / "run"
-    argv = [*ROLLOUT, "--task_data_files", str(data), "--output_dir", str(out)]
+    argv = [*ROLLOUT, *_local_file(data), "--output_dir", str(out)]
     assert cli(argv) == 0
     before = _snapshot(out)
     data.write_text('{"question": "1+1?", "answer": "3"}\n{"question": "2+2?", "answer": "4"}\n')  # a gold fixed

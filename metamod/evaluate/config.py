@@ -18,13 +18,14 @@ metamod.errors.ConfigError: task_batch_questions has a batch size for 'gsm8k', w
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metamod.config import check_fields
 from metamod.errors import ConfigError, InputError, check_safetensors, load_json
 from metamod.rollout.debate import check_max_rounds, max_rounds_field
+from metamod.tasks.config import check_task_selection, task_config_for
 
 from .methods import METHODS, method_spec
 
@@ -262,8 +263,6 @@ class EvalConfig:
             )
         if not self.tasks and self.traces is None:
             raise ValueError("tasks is empty; list at least one task (e.g. [arith]) or give traces")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit must be >= 1 or None, got {self.limit}")
         for method, options in self.method_options.items():
             if method not in METHODS and method not in self.methods:  # a typo; a known method may be off
                 raise ConfigError(
@@ -287,11 +286,7 @@ class EvalConfig:
                 raise ConfigError(
                     f"task_batch_questions[{task!r}] must be an integer >= 1 (questions per batch), got {size!r}"
                 )
-        for task, options in self.task_options.items():
-            if task not in self.tasks:
-                raise ValueError(f"task_options has options for {task!r}, which is not in tasks {self.tasks}")
-            if not isinstance(options, dict):
-                raise ValueError(f"task_options[{task!r}] must be a mapping of TaskConfig fields, got {options!r}")
+        check_task_selection(self.tasks, self.task_options, self.limit)
         self._check_nested_keys()
         if self.traces is not None and not Path(self.traces).is_file():
             raise FileNotFoundError(f"traces file {self.traces!r} does not exist")
@@ -304,30 +299,15 @@ class EvalConfig:
     def _check_nested_keys(self) -> None:
         """The dict-valued options hold only fields of the config they fill (unknown keys name the valid ones)."""
         from metamod.llm import BackendConfig
-        from metamod.rollout.simulated import SimulationConfig
-        from metamod.tasks import TaskConfig
-
-        def check(name: str, options: Any, config: type, exclude: tuple[str, ...] = ()) -> None:
-            if not isinstance(options, dict):
-                raise ConfigError(f"{name} must be a mapping of {config.__name__} fields, got {options!r}")
-            valid = [f.name for f in dataclasses.fields(config) if f.name not in exclude]
-            unknown = sorted(str(key) for key in options if key not in valid)
-            if unknown:
-                raise ConfigError(
-                    f"{name}: unknown key(s) {unknown}; expected {config.__name__} fields: {', '.join(valid)}"
-                )
-
-        for task, options in self.task_options.items():
-            check(f"task_options[{task!r}]", options, TaskConfig, exclude=("task",))
-        check("simulation", self.simulation, SimulationConfig)
-        from metamod.rollout.mro.simulated import MROSimulationConfig
-
-        check("mro_simulation", self.mro_simulation, MROSimulationConfig)
         from metamod.rollout.coding.simulated import CodeSimulationConfig
+        from metamod.rollout.mro.simulated import MROSimulationConfig
+        from metamod.rollout.simulated import SimulationConfig
 
-        check("code_simulation", self.code_simulation, CodeSimulationConfig)
+        check_fields("simulation", self.simulation, SimulationConfig)
+        check_fields("mro_simulation", self.mro_simulation, MROSimulationConfig)
+        check_fields("code_simulation", self.code_simulation, CodeSimulationConfig)
         for name in ("debater_backend_options", "moderator_backend_options"):
-            check(name, getattr(self, name), BackendConfig, exclude=("backend", "model", "adapter"))
+            check_fields(name, getattr(self, name), BackendConfig, exclude=("backend", "model", "adapter"))
 
     def debate_methods(self) -> list[str]:
         return [m for m in self.methods if method_spec(m).replays_debates]
@@ -345,25 +325,14 @@ class EvalConfig:
         return needed
 
     def task_config(self, task: str) -> Any:
-        """The :class:`metamod.tasks.TaskConfig` of one task (``limit``, when set, overrides ``task_limit``).
-
-        A task entry ``name@variant`` (e.g. ``synthetic_code@induction``) is task ``name`` under its own label, so
-        one task can be evaluated with several option sets (``task_options`` keyed by the full entry); results,
-        samples and tables use the full entry.
+        """The :class:`metamod.tasks.TaskConfig` of one task entry (:func:`metamod.tasks.config.task_config_for`:
+        ``limit``, when set, overrides ``task_limit``; ``name@variant`` is task ``name`` under its own label).
 
         >>> EvalConfig(methods=["single_cot"], tasks=["arith@easy"], task_options={"arith@easy": {"task_levels": [1]}},
         ...            debaters="simulated").task_config("arith@easy").options()
         {'levels': [1]}
         """
-        from metamod.tasks import TaskConfig
-
-        options = dict(self.task_options.get(task, {}))
-        if self.limit is not None:
-            options["task_limit"] = self.limit
-        try:
-            return TaskConfig(task=task.partition("@")[0], **options)
-        except TypeError as err:
-            raise ValueError(f"task_options[{task!r}]: {err}") from err
+        return task_config_for(task, self.task_options, self.limit)
 
 
 def classify_model_path(path: str) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 from metamod.config import (
     FINGERPRINT_LOCK,
     ConfigError,
+    check_fields,
     check_fingerprint,
     config_to_dict,
     parse_config,
@@ -52,6 +53,7 @@ from metamod.rollout.traces import (
     shard_filename,
 )
 from metamod.tasks import TaskConfig
+from metamod.tasks.config import check_task_selection, task_config_for
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +95,34 @@ LOOPS = ("debate", "mro")
 
 @dataclass
 class RolloutConfig:
-    """How to run the debates and where the traces go (the task block is :class:`~metamod.tasks.TaskConfig`)."""
+    """What to run and where the traces go: tasks and simulation settings nested as in ``metamod eval``."""
 
+    # ---- what to run: the task-selection shape `metamod eval` takes
+    tasks: list[str] = field(
+        default_factory=lambda: ["arith"],
+        metadata={
+            "help": "Task names, run in this order (see docs/tasks.md); name@variant runs one task under several "
+            "labels (its traces carry the full entry)."
+        },
+    )
+    task_options: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "Per-task TaskConfig fields, e.g. {gsm8k: {task_split: train, task_limit: 500}} (YAML mapping)."
+        },
+    )
+    limit: int | None = field(
+        default=None, metadata={"help": "Questions per task; overrides every task's task_limit (None: keep them)."}
+    )
+    simulation: dict = field(
+        default_factory=dict,
+        metadata={"help": "SimulationConfig fields of the simulated debaters, e.g. {sim_seed: 0} (YAML mapping)."},
+    )
+    mro_simulation: dict = field(
+        default_factory=dict,
+        metadata={"help": "loop=mro: MROSimulationConfig fields of the simulated roles (YAML mapping)."},
+    )
+    # ---- the loop
     loop: str = field(
         default="debate",
         metadata={"help": "'debate' (N debaters, T_max rounds) or 'mro' (Reasoner / Monitor / Controller loop)."},
@@ -136,13 +164,6 @@ class RolloutConfig:
     stop: list[str] | None = field(
         default=None,
         metadata={"help": "LLM debaters: strings that end a response (not included), e.g. ['\\nQuestion:']."},
-    )
-    tasks: str | None = field(
-        default=None,
-        metadata={
-            "help": "Several tasks in one rollout: a YAML list of TaskConfig mappings (e.g. [{task: gsm8k, "
-            "task_split: train, task_limit: 500}, ...]); replaces the single task block when set."
-        },
     )
     tiny_model_dir: str | None = field(
         default=None,
@@ -202,7 +223,13 @@ class RolloutConfig:
                 f"debaters lists {len(specs)} backend configs for num_agents={self.num_agents}; give one (shared by "
                 "every agent) or one per agent"
             )
-        _as_list(self.tasks, "tasks")
+        if not self.tasks:
+            raise ConfigError("tasks is empty; list at least one task, e.g. [arith]")
+        check_task_selection(self.tasks, self.task_options, self.limit)
+        from metamod.rollout.mro.simulated import MROSimulationConfig
+
+        check_fields("simulation", self.simulation, SimulationConfig)
+        check_fields("mro_simulation", self.mro_simulation, MROSimulationConfig)
 
     def debater_spec(self) -> DebaterSpec:
         """The debaters' decoding settings (agent ``i`` samples with ``seed + i`` when seeded)."""
@@ -222,30 +249,43 @@ class RolloutConfig:
         """The backend config mappings (``None`` for simulated debaters)."""
         return None if self.is_simulated() else _as_list(self.debaters, "debaters")
 
-    def task_configs(self, single: TaskConfig) -> list[TaskConfig]:
-        """The tasks to run: the ``tasks`` list when set, else the single task block."""
-        entries = _as_list(self.tasks, "tasks")
-        if not entries:
-            return [single]
-        valid = [f.name for f in dataclasses.fields(TaskConfig)]
-        configs = []
-        for i, entry in enumerate(entries):
-            unknown = sorted(set(entry) - set(valid))
-            if unknown:
-                raise ConfigError(f"tasks[{i}]: unknown key(s) {unknown}; valid keys: {', '.join(valid)}")
-            configs.append(TaskConfig(**entry))
-        return configs
+    def task_configs(self) -> list[TaskConfig]:
+        """The tasks to run, in order (:func:`metamod.tasks.config.task_config_for` of each entry)."""
+        return [task_config_for(entry, self.task_options, self.limit) for entry in self.tasks]
+
+    def sim_config(self) -> SimulationConfig:
+        """The simulated debaters' parameters (``simulation``)."""
+        return SimulationConfig(**self.simulation)
+
+    def mro_sim_config(self) -> Any:
+        """The simulated MRO roles' parameters (``mro_simulation``)."""
+        from metamod.rollout.mro.simulated import MROSimulationConfig
+
+        return MROSimulationConfig(**self.mro_simulation)
+
+
+def moved_keys() -> dict[str, str]:
+    """The flat keys of the old rollout shape and where each belongs now (the error for one names its place)."""
+    from metamod.rollout.mro.simulated import MROSimulationConfig
+
+    moved = {"task": "tasks: [<task>, ...]"}
+    for f in dataclasses.fields(TaskConfig):
+        if f.name != "task":
+            moved[f.name] = "task_options: {<task>: {key: value}}"
+    for name, config in (("simulation", SimulationConfig), ("mro_simulation", MROSimulationConfig)):
+        for f in dataclasses.fields(config):
+            moved[f.name] = f"{name}: {{key: value}}"
+    return moved
 
 
 # --------------------------------------------------------------------------------------------- building
 
 
-def build_debaters(config: RolloutConfig, sim_config: SimulationConfig) -> list[DebaterGroup]:
+def build_debaters(config: RolloutConfig) -> list[DebaterGroup]:
     """The ``num_agents`` debater groups, built by the shared factory (:mod:`metamod.rollout.debater_factory`).
 
     Args:
-        config: the rollout config.
-        sim_config: simulation parameters (used when ``config.debaters == "simulated"``).
+        config: the rollout config (its ``simulation`` parameters serve ``debaters: simulated``).
 
     Returns:
         ``num_agents`` groups, agent order: agents with the same backend config share a generator; unseeded they
@@ -256,16 +296,13 @@ def build_debaters(config: RolloutConfig, sim_config: SimulationConfig) -> list[
         FileNotFoundError: a local model folder that does not exist.
     """
     if config.is_simulated():
-        return build_debater_groups(sim_config, config.debater_spec(), config.num_agents)
+        return build_debater_groups(config.sim_config(), config.debater_spec(), config.num_agents)
     from metamod.llm import BackendConfig
     from metamod.llm.hf import looks_local
 
-    valid = [f.name for f in dataclasses.fields(BackendConfig)]
     backend_configs = []
     for i, spec in enumerate(config.backend_specs() or []):
-        unknown = sorted(set(spec) - set(valid))
-        if unknown:
-            raise ConfigError(f"debaters[{i}]: unknown key(s) {unknown}; valid BackendConfig keys: {', '.join(valid)}")
+        check_fields(f"debaters[{i}]", spec, BackendConfig)
         backend_config = BackendConfig(**spec)
         if backend_config.backend in ("hf", "vllm") and looks_local(backend_config.model):
             if not Path(backend_config.model).expanduser().is_dir():
@@ -277,13 +314,13 @@ def build_debaters(config: RolloutConfig, sim_config: SimulationConfig) -> list[
     return build_debater_groups(backend_configs, config.debater_spec(), config.num_agents)
 
 
-def _task_stream(task_configs: list[TaskConfig]) -> Iterator[LoopItem]:
-    """Examples of every task in order; ``index`` counts across tasks."""
+def _task_stream(entries: list[str], task_configs: list[TaskConfig]) -> Iterator[LoopItem]:
+    """Examples of every task in order, labelled with the task entry; ``index`` counts across tasks."""
     position = 0
-    for task_config in task_configs:
+    for entry, task_config in zip(entries, task_configs, strict=True):
         task = task_config.load()
         for example in task.examples():
-            yield LoopItem(example, position, task_config.task)
+            yield LoopItem(example, position, entry)
             position += 1
 
 
@@ -320,21 +357,36 @@ def _model_signatures(config: RolloutConfig) -> dict[str, str]:
     return signatures
 
 
-def rollout_settings(
-    task_config: TaskConfig, config: RolloutConfig, sim_config: SimulationConfig, mro_sim_config: Any = None
-) -> dict[str, Any]:
-    """The settings a rollout's traces depend on (hashed into ``.fingerprint.json``): the resolved config without
-    the resume-free keys, plus signatures of local model folders (``model_signatures``). Local paths (task files,
-    model folders) are made absolute, so a rerun naming the same file another way resumes."""
-    settings = resume_settings(config_to_dict(task_config, config, sim_config), _RESUME_FREE_KEYS)
-    if config.loop == "mro":  # the simulated roles' parameters (the debate simulation's stay, as before)
-        from metamod.rollout.mro.simulated import MROSimulationConfig
+def resolved_config(config: RolloutConfig) -> dict[str, Any]:
+    """The config as it runs (saved as ``rollout_config.yaml``; a rerun of that file is the same rollout): the
+    simulation parameters of its loop with every default filled in.
 
-        settings["mro_simulation"] = dataclasses.asdict(mro_sim_config or MROSimulationConfig())
+    >>> resolved_config(RolloutConfig())["simulation"]["sim_seed"]
+    0
+    """
+    resolved = config_to_dict(config)
+    if config.loop == "mro":
+        resolved["mro_simulation"] = dataclasses.asdict(config.mro_sim_config())
+    else:
+        resolved["simulation"] = dataclasses.asdict(config.sim_config())
+    return resolved
+
+
+def rollout_settings(config: RolloutConfig) -> dict[str, Any]:
+    """The settings a rollout's traces depend on (hashed into ``.fingerprint.json``): the resolved config without
+    the resume-free keys, each task entry's full :class:`TaskConfig` in place of ``task_options`` and ``limit``, and
+    signatures of local model folders (``model_signatures``). Local paths (task files, model folders) are made
+    absolute, so a rerun naming the same file another way resumes."""
+    settings = resume_settings(resolved_config(config), _RESUME_FREE_KEYS)
+    task_configs = config.task_configs()
+    del settings["task_options"], settings["limit"]
+    settings["task_configs"] = {
+        entry: dataclasses.asdict(tc) for entry, tc in zip(config.tasks, task_configs, strict=True)
+    }
     signatures = _model_signatures(config)
     if signatures:
         settings["model_signatures"] = signatures
-    task_files = task_file_signatures(config.task_configs(task_config))
+    task_files = task_file_signatures(task_configs)
     if task_files:  # an edited local task file is other settings: its traces hold the old questions and gold
         settings["task_file_signatures"] = task_files
     return resolve_local_paths(settings)
@@ -425,13 +477,7 @@ def _check_tasks(task_configs: list[TaskConfig]) -> None:
     preflight_code_tasks(kinds)
 
 
-def _default_mro_sim() -> Any:
-    from metamod.rollout.mro.simulated import MROSimulationConfig
-
-    return MROSimulationConfig()
-
-
-def _build_mro_roles(config: RolloutConfig, mro_sim_config: Any) -> Any:
+def _build_mro_roles(config: RolloutConfig) -> Any:
     """The MRO roles of a ``loop: mro`` rollout (local model folders checked before anything loads)."""
     from metamod.llm.hf import looks_local
     from metamod.rollout.mro.factory import build_mro_roles
@@ -443,31 +489,20 @@ def _build_mro_roles(config: RolloutConfig, mro_sim_config: Any) -> Any:
                     f"roles: model folder {spec['model']!r} does not exist; give an existing folder, a Hub id "
                     "(org/name), or set tiny_model_dir to that folder to build the offline tiny model"
                 )
-    return build_mro_roles(config.roles, config.debater_spec().sampling(0), mro_sim_config)
+    return build_mro_roles(config.roles, config.debater_spec().sampling(0), config.mro_sim_config())
 
 
-def rollout(
-    *,
-    task_config: TaskConfig,
-    config: RolloutConfig,
-    sim_config: SimulationConfig,
-    stop_hook: Any = None,
-    mro_sim_config: Any = None,
-) -> dict[str, Any]:
+def rollout(*, config: RolloutConfig, stop_hook: Any = None) -> dict[str, Any]:
     """Run (or resume) a rollout and return its summary.
 
     Args:
-        task_config: the task block (ignored when ``config.tasks`` is set).
-        config: the rollout settings.
-        sim_config: simulation parameters for simulated debaters.
+        config: the rollout settings (tasks, loop, debaters or roles, simulation, output folder).
         stop_hook: optional engine stop hook (see :func:`metamod.rollout.debate.run_debates`).
-        mro_sim_config: parameters of simulated MRO roles (:class:`~metamod.rollout.mro.simulated.MROSimulationConfig`;
-            ``loop: mro`` only; ``None``: the defaults).
 
     Returns:
         The summary dict (also written to ``summary*.json`` in the output folder).
     """
-    task_configs = config.task_configs(task_config)
+    task_configs = config.task_configs()
     output_dir = Path(config.output_dir)
     traces_path = output_dir / shard_filename(config.num_shards, config.shard_index)
     # ---- checks that write nothing: another writer, other settings, bad task options, bad models
@@ -476,21 +511,20 @@ def rollout(
         raise ConfigError(f"{traces_path} exists; set resume=true to continue it or overwrite=true to start over")
     _check_tasks(task_configs)  # first: a broken task file is named as such, not as "other settings"
     if not config.overwrite:
-        _check_resume(output_dir, rollout_settings(task_config, config, sim_config, mro_sim_config), overwrite=False)
+        _check_resume(output_dir, rollout_settings(config), overwrite=False)
     if config.tiny_model_dir:
         from metamod.llm.tiny import ensure_tiny_model
 
         ensure_tiny_model(config.tiny_model_dir)
     if config.loop == "mro":
-        debaters = _build_mro_roles(config, mro_sim_config)
+        debaters = _build_mro_roles(config)
     else:  # fails early on bad backends / missing model folders
-        debaters = build_debaters(config, sim_config)
-    settings = rollout_settings(task_config, config, sim_config, mro_sim_config)
+        debaters = build_debaters(config)
+    settings = rollout_settings(config)
     # ---- the folder is ours from here on
     lock = _claim(output_dir, config, settings, traces_path)
     try:
-        extra = [sim_config] if config.loop == "debate" else [mro_sim_config or _default_mro_sim()]
-        return _run(task_configs, config, debaters, traces_path, output_dir, stop_hook, task_config, extra)
+        return _run(task_configs, config, debaters, traces_path, output_dir, stop_hook)
     finally:
         lock.release()
 
@@ -502,18 +536,16 @@ def _run(
     traces_path: Path,
     output_dir: Path,
     stop_hook: Any,
-    task_config: TaskConfig,
-    sim_config: list[Any],
 ) -> dict[str, Any]:
-    """The rollout proper (folder locked): ``sim_config`` holds the simulation config(s) saved with the config."""
-    save_resolved_config(output_dir / CONFIG_FILE, task_config, config, *sim_config)
+    """The rollout proper (folder locked)."""
+    save_resolved_config(output_dir / CONFIG_FILE, resolved_config(config))
     writer = TraceWriter(traces_path, resume=True)
     done = set(writer.done_ids)
     if done:
         logger.info("resuming %s: %d debate(s) already done", traces_path, len(done))
     items = (
         item
-        for item in _task_stream(task_configs)
+        for item in _task_stream(config.tasks, task_configs)
         if item.example.id not in done
         and in_shard(
             item.example.id,
@@ -613,12 +645,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``metamod rollout --config configs/rollout/sim_arith.yaml [--key value ...]``."""
-    from metamod.rollout.mro.simulated import MROSimulationConfig
-
-    task_config, config, sim_config, mro_sim_config = parse_config(
-        [TaskConfig, RolloutConfig, SimulationConfig, MROSimulationConfig], argv, prog="metamod rollout"
-    )
-    summary = rollout(task_config=task_config, config=config, sim_config=sim_config, mro_sim_config=mro_sim_config)
+    (config,) = parse_config([RolloutConfig], argv, prog="metamod rollout", moved=moved_keys())
+    summary = rollout(config=config)
     _print_summary(summary)
     return 0
 

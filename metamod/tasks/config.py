@@ -1,7 +1,9 @@
-"""``TaskConfig``: the task-selection block that rollout, dataset and evaluation configs embed.
+"""``TaskConfig`` (how one task is read) and the one task-selection shape of rollout and eval.
 
-Every field except ``task`` carries a ``task_`` prefix so that it never collides with another config's ``seed``,
-``split`` or ``limit`` when several dataclasses are parsed together by :func:`metamod.config.parse_config`.
+``metamod rollout`` and ``metamod eval`` select tasks alike: ``tasks`` (names, or ``name@variant`` labels),
+``task_options`` (``{entry: {TaskConfig field: value}}``) and ``limit``; :func:`check_task_selection` checks them
+and :func:`task_config_for` builds each entry's :class:`TaskConfig`. Every field except ``task`` carries a ``task_``
+prefix, so a key reads the same in every config and document.
 
 >>> cfg = TaskConfig(task="arith", task_limit=2, task_seed=5, task_levels=[1, 2])
 >>> cfg.options()
@@ -205,3 +207,63 @@ class TaskConfig:
         from metamod.tasks import load_task
 
         return load_task(self.task, **self.options())
+
+
+def check_task_selection(tasks: list[str], task_options: Any, limit: int | None) -> None:
+    """The checks of the one task-selection shape that rollout and eval share: ``tasks`` (names, or
+    ``name@variant`` labels), ``task_options`` (``{entry: {TaskConfig field: value}}``) and ``limit``.
+
+    Raises:
+        KeyError: an entry that names no task (the message lists the valid ones).
+        ConfigError: a repeated entry, options for an entry not in ``tasks``, a non-mapping or unknown field, or a
+            ``limit`` below 1. (A bad option value fails when the entry's :class:`TaskConfig` is built.)
+
+    >>> check_task_selection(["arith"], {"gsm8k": {"task_limit": 5}}, None)
+    Traceback (most recent call last):
+    ...
+    metamod.errors.ConfigError: task_options has options for 'gsm8k', which is not in tasks ['arith']
+    """
+    from metamod.config import check_fields
+    from metamod.errors import ConfigError
+
+    if not isinstance(tasks, list) or not all(isinstance(t, str) and t for t in tasks):
+        raise ConfigError(f"tasks must be a list of task names (e.g. [arith, gsm8k]), got {tasks!r}")
+    from metamod.registry import resolve
+    from metamod.tasks import TASKS
+
+    for entry in tasks:  # an unknown name first: it fails naming the valid tasks, before its options are read
+        resolve(TASKS, entry.partition("@")[0], what="task")
+    repeated = sorted({t for t in tasks if tasks.count(t) > 1})
+    if repeated:
+        raise ConfigError(
+            f"tasks {tasks} repeats {repeated}; expected each entry once (name@variant gives one task a second label)"
+        )
+    if not isinstance(task_options, dict):
+        raise ConfigError(f"task_options must be a mapping of task entry to TaskConfig fields, got {task_options!r}")
+    for task, options in task_options.items():
+        if task not in tasks:
+            raise ConfigError(f"task_options has options for {task!r}, which is not in tasks {tasks}")
+        check_fields(f"task_options[{task!r}]", options, TaskConfig, exclude=("task",))
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"limit must be >= 1 or None, got {limit!r}")
+
+
+def task_config_for(entry: str, task_options: dict[str, dict] | None = None, limit: int | None = None) -> TaskConfig:
+    """The :class:`TaskConfig` of one task entry (``limit``, when set, overrides its ``task_limit``).
+
+    An entry ``name@variant`` (e.g. ``synthetic_code@induction``) is task ``name`` under its own label, so one task
+    can run with several option sets (``task_options`` keyed by the full entry); traces, samples and tables carry
+    the full entry.
+
+    >>> task_config_for("arith@easy", {"arith@easy": {"task_levels": [1]}}, limit=5).options()
+    {'limit': 5, 'levels': [1]}
+    """
+    from metamod.errors import ConfigError
+
+    options = dict((task_options or {}).get(entry, {}))
+    if limit is not None:
+        options["task_limit"] = limit
+    try:
+        return TaskConfig(task=entry.partition("@")[0], **options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"task_options[{entry!r}]: {err}") from err

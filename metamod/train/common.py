@@ -232,26 +232,18 @@ def build_missing_dataset(dataset_path: str, *, rollout_config: str, **build_opt
         ``dataset_path`` as a ``Path``.
     """
     from metamod.config import parse_config
-    from metamod.rollout.run import RolloutConfig, rollout
-    from metamod.rollout.simulated import SimulationConfig
+    from metamod.rollout.run import RolloutConfig, moved_keys, rollout
     from metamod.rollout.snapshots import build_dataset
-    from metamod.tasks import TaskConfig
 
     if not Path(rollout_config).is_file():
         raise FileNotFoundError(
             f"build_dataset_config {rollout_config!r} does not exist; give a rollout YAML from configs/rollout/ "
             f"or build {dataset_path} yourself with `metamod rollout` + `metamod build-dataset`"
         )
-    from metamod.rollout.mro.simulated import MROSimulationConfig
-
-    task_config, config, sim_config, mro_sim_config = parse_config(
-        [TaskConfig, RolloutConfig, SimulationConfig, MROSimulationConfig],
-        ["--config", rollout_config],
-        prog="metamod rollout",
-    )
+    (config,) = parse_config([RolloutConfig], ["--config", rollout_config], prog="metamod rollout", moved=moved_keys())
     what = "MRO loops" if config.loop == "mro" else "debates"
     logger.info("Running the %s of %s into %s", what, rollout_config, config.output_dir)
-    summary = rollout(task_config=task_config, config=config, sim_config=sim_config, mro_sim_config=mro_sim_config)
+    summary = rollout(config=config)
     logger.info("Building the moderator dataset %s from %s", dataset_path, summary["traces_file"])
     source = "mro" if config.loop == "mro" else "debate"  # an MRO rollout gives controller snapshots
     build_dataset(summary["traces_file"], dataset_path, **{"source": source, **build_options})
