@@ -181,7 +181,7 @@ def _embedder(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_stand_in_tasks(cfg: dict[str, Any], stand: _StandIn) -> dict[str, Any]:
-    """A rollout or eval config (one task-selection shape: ``tasks``, ``task_options``, ``limit``) over the fixtures."""
+    """A rollout, eval or mine-behaviours config (one task-selection shape: ``tasks``, ``task_options``, ``limit``) over the fixtures."""
     tasks = cfg.get("tasks") or ["arith"]
     cfg["task_options"] = {t: stand.task_options(t, (cfg.get("task_options") or {}).get(t)) for t in tasks}
     cfg["limit"] = stand.run.questions
@@ -257,13 +257,8 @@ def shape_train(raw: dict[str, Any], stand: _StandIn, out: Path, deps: dict[str,
 
 
 def shape_mine(raw: dict[str, Any], stand: _StandIn, out: Path, deps: dict[str, str]) -> dict[str, Any]:
-    """A mine-behaviours config with the stand-ins (task options without their ``task_`` prefix, as it reads them)."""
-    cfg = _embedder(copy.deepcopy(raw))
-    tasks = []
-    for item in cfg.get("tasks") or []:
-        fixture = {k.removeprefix("task_"): v for k, v in stand.task_options(item["task"], None).items()}
-        tasks.append({**item, "options": {**(item.get("options") or {}), **fixture}})
-    cfg["tasks"] = tasks
+    """A mine-behaviours config with the stand-ins: its task selection over the fixtures, the model."""
+    cfg = _with_stand_in_tasks(_embedder(copy.deepcopy(raw)), stand)
     cfg["backend"] = "hf"
     cfg["model"] = stand.model
     cfg["backend_options"] = stand.backend(cfg.get("backend_options"))

@@ -188,15 +188,14 @@ def test_each_stage_is_one_batched_call_whose_prompts_hold_the_question_and_solu
 
 # --------------------------------------------------------------------------------------------- the command
 
-TASKS = [
-    {"task": "arith", "domain": "arith", "options": {"split": "train", "levels": [1, 2]}},
-    {"task": "game24", "domain": "game24"},
-]
+TASKS = ["arith", "game24"]
+TASK_OPTIONS = {"arith": {"task_split": "train", "task_levels": [1, 2]}}
 
 
 def _config(tmp_path, **overrides) -> MineConfig:
     values = dict(
         tasks=TASKS,
+        task_options=TASK_OPTIONS,
         limit=5,
         batch_size=2,
         embedder="hashing",
@@ -221,7 +220,7 @@ def test_mine_command_writes_the_corpus(tmp_path, monkeypatch):
     fake = ScriptedGenerator()
     monkeypatch.setattr(mine_module, "build_mining_generator", lambda config: fake)
     out = tmp_path / "mine"
-    argv = ["--tasks", json.dumps(TASKS), "--limit", "5", "--batch_size", "2", "--embedder", "hashing",
+    argv = ["--tasks", *TASKS, "--task_options", json.dumps(TASK_OPTIONS), "--limit", "5", "--batch_size", "2", "--embedder", "hashing",
             "--embedder_options", "{n_features: 64}", "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     assert len(fake.calls) == 3 * 5  # 10 questions in batches of 2, three stages each
@@ -285,16 +284,22 @@ def test_resume_with_other_settings_is_refused_in_one_line(tmp_path):
 
 
 def test_config_errors_name_the_field():
-    with pytest.raises(ConfigError, match=r"tasks\[0\]: unknown key\(s\) \['levels'\]"):
-        MineConfig(tasks=[{"task": "arith", "levels": [1]}])
+    with pytest.raises(ConfigError, match=r"tasks takes task names now, as rollout and eval do"):
+        MineConfig(tasks=[{"task": "arith", "domain": "arith", "options": {"levels": [1]}}])
+    with pytest.raises(ConfigError, match=r"task_options\['arith'\]: unknown key\(s\) \['levels'\]"):
+        MineConfig(tasks=["arith"], task_options={"arith": {"levels": [1]}})
+    with pytest.raises(ConfigError, match=r"domains has a label for 'gsm8k', which is not in tasks \['arith'\]"):
+        MineConfig(tasks=["arith"], domains={"gsm8k": "math"})
+    with pytest.raises(KeyError, match="Unknown task 'arithmetic'"):
+        MineConfig(tasks=["arithmetic"])
     with pytest.raises(ConfigError, match="dedupe must be one of"):
         MineConfig(dedupe="none")
     with pytest.raises(ConfigError, match="embedder='bert' is not known"):
         MineConfig(embedder="bert")
     with pytest.raises(ConfigError, match=r"backend_options: unknown key\(s\) \['colour'\]"):
         MineConfig(backend_options={"colour": 1}).backend_config()
-    with pytest.raises(ConfigError, match=r"tasks\[0\] \(arith\): Unknown option\(s\) \['level'\]"):
-        mine_module.load_questions(MineConfig(tasks=[{"task": "arith", "options": {"level": 1}}]))
+    with pytest.raises(ConfigError, match=r"task_options\['game24'\]: task_levels is not an option of task 'game24'"):
+        MineConfig(tasks=["game24"], task_options={"game24": {"task_levels": [1]}})  # fails before any work
 
 
 def test_global_dedupe_keeps_one_behaviour_per_name():
@@ -406,7 +411,9 @@ def test_the_shipped_smol_config_parses():
 
     path = Path(__file__).resolve().parent.parent / "configs" / "memory" / "mine_smol.yaml"
     (config,) = parse_config([MineConfig], ["--config", str(path)])
-    assert [s["domain"] for s in config.task_specs()] == ["arith", "game24"] and config.embedder == "lm"
+    assert [config.domain(t) for t in config.tasks] == ["arith", "game24"] and config.embedder == "lm"
+    assert config.task_configs()["arith"].task_levels == [1, 2, 3, 4, 5]
+    assert all(tc.task_limit == 30 for tc in config.task_configs().values())
     assert config.sampling("extract", 0).temperature < config.sampling("solve", 0).temperature
 
 

@@ -91,9 +91,8 @@ def _task_options(kind: str, shaped: dict) -> dict[str, dict]:
         }
     if kind == "train":
         shaped = yaml.safe_load((ROOT / ROLLOUT_FOR_TRAIN).read_text())
-    if kind in ("rollout", "train"):  # the task selection shared with eval (no fixture options: the fixtures')
-        return {t: FIXTURES[t.partition("@")[0]] for t in shaped.get("tasks") or []}
-    return {item["task"]: FIXTURES[item["task"]] for item in shaped.get("tasks") or []}  # mine-behaviours
+    # rollout, train and mine-behaviours: the task selection shared with eval (no fixture options: the fixtures')
+    return {t: FIXTURES[t.partition("@")[0]] for t in shaped.get("tasks") or []}
 
 
 @pytest.mark.parametrize("paper_config", PAPER_CONFIGS)

@@ -53,7 +53,7 @@ from metamod.rollout.traces import (
     shard_filename,
 )
 from metamod.tasks import TaskConfig
-from metamod.tasks.config import check_task_selection, task_config_for
+from metamod.tasks.config import check_task_selection, task_config_for, task_file_signatures
 
 logger = logging.getLogger(__name__)
 
@@ -390,22 +390,6 @@ def rollout_settings(config: RolloutConfig) -> dict[str, Any]:
     if task_files:  # an edited local task file is other settings: its traces hold the old questions and gold
         settings["task_file_signatures"] = task_files
     return resolve_local_paths(settings)
-
-
-def task_file_signatures(task_configs: list[TaskConfig]) -> dict[str, str]:
-    """``{absolute path: content signature}`` of the local data files the tasks read (``task_data_files``, and a
-    ``task_path`` that is a local file or folder); Hub datasets have none.
-
-    >>> task_file_signatures([TaskConfig(task="arith")])
-    {}
-    """
-    out = {}
-    for task_config in task_configs:
-        for path in (task_config.task_data_files, task_config.task_path):
-            signature = path_signature(path) if path else None
-            if signature is not None:
-                out[str(Path(path).expanduser().absolute())] = signature
-    return out
 
 
 def _has_traces(output_dir: Path) -> bool:

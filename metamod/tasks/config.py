@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _PREFIX = "task_"
@@ -267,3 +268,21 @@ def task_config_for(entry: str, task_options: dict[str, dict] | None = None, lim
         return TaskConfig(task=entry.partition("@")[0], **options)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"task_options[{entry!r}]: {err}") from err
+
+
+def task_file_signatures(task_configs: list[TaskConfig]) -> dict[str, str]:
+    """``{absolute path: content signature}`` of the local data files the tasks read (``task_data_files``, and a
+    ``task_path`` that is a local file or folder); Hub datasets have none.
+
+    >>> task_file_signatures([TaskConfig(task="arith")])
+    {}
+    """
+    from metamod.files import path_signature
+
+    out = {}
+    for task_config in task_configs:
+        for path in (task_config.task_data_files, task_config.task_path):
+            signature = path_signature(path) if path else None
+            if signature is not None:
+                out[str(Path(path).expanduser().absolute())] = signature
+    return out

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from metamod.config import (
     ConfigError,
@@ -50,8 +49,8 @@ from metamod.config import (
 from metamod.files import JsonlWriter, atomic_write_json, iter_jsonl, path_signature, write_after_checks
 from metamod.llm.base import Generator, SamplingConfig
 from metamod.memory.cheatsheet import mining
-from metamod.tasks import load_task
 from metamod.tasks.base import Example
+from metamod.tasks.config import TaskConfig, check_task_selection, task_config_for, task_file_signatures
 
 logger = logging.getLogger(__name__)
 
@@ -73,36 +72,36 @@ _RESUME_FREE_KEYS = {
 }
 DEDUPE_SCOPES = ("domain", "global")
 STAGES = ("solve", "reflect", "extract")
-_TASK_KEYS = ("task", "domain", "options")
-
-
-def _parse_list(value: Any, name: str) -> list:
-    """A YAML list from the config file, or YAML/JSON text of one from the command line."""
-    if isinstance(value, str):
-        try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{name} must be a YAML/JSON list, got {value[:80]!r}: {err}") from err
-    if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, list):
-        raise ConfigError(f"{name} must be a list of mappings, got {value!r:.120}")
-    return value
 
 
 @dataclass
 class MineConfig:
     """What to mine, with which model, and where the corpus goes."""
 
-    tasks: str = field(
-        default="[{task: arith, domain: arith, options: {split: train}}]",
+    tasks: list[str] = field(
+        default_factory=lambda: ["arith"],
         metadata={
-            "help": "The question sources: a YAML list of {task, domain, options} (task: a metamod.tasks.load_task "
-            "name such as arith or game24; domain: the corpus label of its behaviours, default the task name; "
-            "options: the task's options, e.g. {split: train, levels: [1, 2, 3, 4, 5]})."
+            "help": "The question sources, mined in this order: task names (docs/tasks.md) or name@variant labels, "
+            "the task selection of rollout and eval."
         },
     )
-    limit: int | None = field(default=20, metadata={"help": "Questions per task (None: the task's whole stream)."})
+    task_options: dict = field(
+        default_factory=lambda: {"arith": {"task_split": "train"}},
+        metadata={
+            "help": "Per task entry, TaskConfig fields, e.g. {arith: {task_split: train, task_levels: [1, 2, 3]}} "
+            "(YAML mapping; the same block as rollout and eval)."
+        },
+    )
+    domains: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "Per task entry, the corpus label of its behaviours, e.g. {numina_math: math} (default: the entry)."
+        },
+    )
+    limit: int | None = field(
+        default=20,
+        metadata={"help": "Questions per task; overrides every task's task_limit (None: keep them)."},
+    )
     backend: str = field(
         default="hf", metadata={"help": "Generation backend (metamod.llm.BACKENDS): hf, vllm, openai."}
     )
@@ -166,8 +165,7 @@ class MineConfig:
     def __post_init__(self) -> None:
         from metamod.memory.embed import check_embedder
 
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"limit must be a positive integer or None (all questions), got {self.limit}")
+        self._check_tasks()
         for name in ("temperature", "extract_temperature"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -188,27 +186,33 @@ class MineConfig:
         for key in ("backend", "model"):
             if key in self.backend_options:
                 raise ConfigError(f"backend_options must not set {key!r}; use the top-level {key} key")
-        self.task_specs()
 
-    def task_specs(self) -> list[dict[str, Any]]:
-        """The tasks as ``[{"task", "domain", "options"}, ...]`` (checked; ``domain`` defaults to the task name)."""
-        specs = []
-        for i, entry in enumerate(_parse_list(self.tasks, "tasks")):
-            if isinstance(entry, str):
-                entry = {"task": entry}
-            if not isinstance(entry, dict) or not isinstance(entry.get("task"), str):
-                raise ConfigError(f"tasks[{i}] must be a mapping with a task name, e.g. {{task: arith}}; got {entry!r}")
-            unknown = sorted(set(entry) - set(_TASK_KEYS))
-            if unknown:
-                raise ConfigError(f"tasks[{i}]: unknown key(s) {unknown}; valid keys: {', '.join(_TASK_KEYS)}")
-            options = entry.get("options") or {}
-            if not isinstance(options, dict):
-                raise ConfigError(f"tasks[{i}].options must be a mapping of task options, got {options!r}")
-            domain = str(entry.get("domain") or entry["task"])
-            specs.append({"task": entry["task"], "domain": domain, "options": dict(options)})
-        if not specs:
-            raise ConfigError("tasks is empty; give at least one {task, domain, options} entry")
-        return specs
+    def _check_tasks(self) -> None:
+        if isinstance(self.tasks, list) and any(isinstance(t, dict) for t in self.tasks):
+            raise ConfigError(
+                "tasks takes task names now, as rollout and eval do: tasks: [arith, game24], their options in "
+                "task_options: {arith: {task_split: train}} (TaskConfig fields) and corpus labels in domains: "
+                f"{{arith: arith}}; got {self.tasks!r:.120}"
+            )
+        if not self.tasks:
+            raise ConfigError("tasks is empty; list at least one task, e.g. [arith]")
+        check_task_selection(self.tasks, self.task_options, self.limit)
+        if not isinstance(self.domains, dict):
+            raise ConfigError(f"domains must be a mapping of task entry to corpus label, got {self.domains!r}")
+        for entry, label in self.domains.items():
+            if entry not in self.tasks:
+                raise ConfigError(f"domains has a label for {entry!r}, which is not in tasks {self.tasks}")
+            if not isinstance(label, str) or not label:
+                raise ConfigError(f"domains[{entry!r}] must be a non-empty label, got {label!r}")
+        self.task_configs()  # a bad option value fails here, before any work
+
+    def task_configs(self) -> dict[str, TaskConfig]:
+        """Each task entry's :class:`TaskConfig` (``limit`` applied), in ``tasks`` order."""
+        return {entry: task_config_for(entry, self.task_options, self.limit) for entry in self.tasks}
+
+    def domain(self, entry: str) -> str:
+        """The corpus label of the behaviours mined from task entry ``entry``."""
+        return str(self.domains.get(entry) or entry)
 
     def sampling(self, stage: str, batch: int) -> SamplingConfig:
         """The decoding settings of ``stage`` for batch number ``batch``."""
@@ -251,22 +255,23 @@ class Question:
 def load_questions(config: MineConfig) -> list[Question]:
     """Every question of the configured tasks, in task order (ids must be unique across tasks)."""
     out: list[Question] = []
-    seen: dict[str, int] = {}
-    for i, spec in enumerate(config.task_specs()):
+    seen: dict[str, str] = {}
+    for entry, task_config in config.task_configs().items():
         try:
-            task = load_task(spec["task"], **spec["options"])
+            task = task_config.load()
         except (KeyError, ValueError, TypeError) as err:
             message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-            raise ConfigError(f"tasks[{i}] ({spec['task']}): {message}") from err
-        for example in task.examples(limit=config.limit):
-            qid = f"{spec['domain']}/{example.id}"
+            raise ConfigError(f"task_options[{entry!r}]: {message}") from err
+        domain = config.domain(entry)
+        for example in task.examples():
+            qid = f"{domain}/{example.id}"
             if qid in seen:
                 raise ConfigError(
-                    f"tasks[{i}] ({spec['task']}) repeats question id {qid!r} of tasks[{seen[qid]}]; give the two "
-                    "entries different domains or options that make different questions"
+                    f"task {entry!r} repeats question id {qid!r} of task {seen[qid]!r}; give the two entries "
+                    "different domains or options that make different questions"
                 )
-            seen[qid] = i
-            out.append(Question(qid, spec["domain"], spec["task"], example))
+            seen[qid] = entry
+            out.append(Question(qid, domain, entry, example))
     return out
 
 
@@ -473,10 +478,16 @@ def summarise(rows: list[dict[str, Any]], corpus: dict[str, Any], run_seconds: f
 
 
 def mine_settings(config: MineConfig) -> dict[str, Any]:
-    """The settings ``mined.jsonl`` depends on (fingerprinted): the config without the resume-free keys, the
-    prompts, and the signature of a local model folder."""
+    """The settings ``mined.jsonl`` depends on (fingerprinted): the config without the resume-free keys, each task
+    entry's full :class:`TaskConfig` in place of ``task_options`` and ``limit`` (as a rollout's), the signatures of
+    local task files, the prompts, and the signature of a local model folder."""
     settings = resume_settings(config_to_dict(config), _RESUME_FREE_KEYS)
-    settings["tasks"] = config.task_specs()
+    task_configs = config.task_configs()
+    del settings["task_options"], settings["limit"]
+    settings["task_configs"] = {entry: dataclasses.asdict(tc) for entry, tc in task_configs.items()}
+    task_files = task_file_signatures(list(task_configs.values()))
+    if task_files:  # an edited local task file makes other questions and golds
+        settings["task_file_signatures"] = task_files
     from metamod.prompts import get_template
 
     settings["templates"] = {name: get_template(f"behaviour_{name}") for name in STAGES}
