@@ -8,6 +8,8 @@
 - **Atomic writes** (summaries, results, memory states, fingerprints): :func:`atomic_write_json` and
   :func:`atomic_write_text` write a temporary file in the same folder and rename it, so a reader sees the old
   file or the new one, never a torn one.
+- **Atomic folders** (exports, built models): :func:`staged_folder` fills a hidden sibling folder and renames it
+  into place when complete.
 - **Folder locks**: :class:`FolderLock` is an exclusive OS-level advisory lock (``fcntl.flock``) on
   ``<folder>/.lock``, which holds the owner's process id. A second writer fails at once with
   :class:`FolderLockedError` naming the folder and that process id. The kernel drops the lock when the process
@@ -31,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -83,6 +86,45 @@ def atomic_write_json(path: str | os.PathLike, data: Any, *, indent: int = 1, so
     """
     text = json.dumps(data, indent=indent, sort_keys=sort_keys, ensure_ascii=False, default=str) + "\n"
     return atomic_write_text(path, text)
+
+
+@contextlib.contextmanager
+def staged_folder(target: str | os.PathLike) -> Iterator[Path]:
+    """Write a whole folder atomically: yields a new hidden folder beside ``target`` (same file system) to fill.
+
+    When the body ends without error the folder is renamed to ``target``; what was at ``target`` is removed only
+    then (and put back when the rename fails). On any error the staged folder is deleted, so a failure never leaves
+    half a folder and an earlier one stays whole.
+
+    >>> import pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "model"
+    >>> with staged_folder(out) as staging:
+    ...     _ = (staging / "a.txt").write_text("a")
+    >>> sorted(p.name for p in out.parent.iterdir()), (out / "a.txt").read_text()
+    (['model'], 'a')
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    staging.chmod(0o755)
+    try:
+        yield staging
+        old = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            target.rename(old / target.name)
+        try:
+            staging.rename(target)
+        except OSError:
+            if old is not None:  # put the earlier folder back
+                (old / target.name).rename(target)
+                old.rmdir()
+            raise
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 # --------------------------------------------------------------------------------------------- JSONL

@@ -44,6 +44,32 @@ BACKENDS: dict[str, str] = {
     "openai": "metamod.llm.openai_backend:OpenAIGenerator",
 }
 
+#: the BackendConfig fields each of those backends takes as keyword arguments (besides the model)
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
+    "hf": (
+        "adapter",
+        "device",
+        "dtype",
+        "batch_size",
+        "trust_remote_code",
+        "decode",
+        "num_threads",
+        "chat_template_kwargs",
+    ),
+    "vllm": (
+        "adapter",
+        "tensor_parallel_size",
+        "dtype",
+        "gpu_memory_utilization",
+        "max_model_len",
+        "enable_lora",
+        "max_lora_rank",
+        "seed",
+        "trust_remote_code",
+        "chat_template_kwargs",
+    ),
+    "openai": ("base_url", "api_key_env", "max_concurrency", "max_retries", "timeout", "chat_template_kwargs"),
+}
 
 #: arguments of ``apply_chat_template`` / ``LLM.chat`` the backends set themselves (not allowed in chat_template_kwargs)
 RESERVED_TEMPLATE_KWARGS = ("conversation", "messages", "tokenize", "add_generation_prompt", "continue_final_message")
@@ -229,44 +255,15 @@ def _build_backend(config: BackendConfig) -> Generator:
     cls = import_dotted(target) if isinstance(target, str) else target
     if not config.model:
         raise ValueError(f"backend {config.backend!r} needs a model: set `model` to a folder, Hub id or served name")
-    if config.backend == "hf":
-        return cls(
-            config.model,
-            adapter=config.adapter,
-            device=config.device,
-            dtype=config.dtype,
-            batch_size=config.batch_size,
-            trust_remote_code=config.trust_remote_code,
-            decode=config.decode,
-            num_threads=config.num_threads,
-            chat_template_kwargs=config.chat_template_kwargs,
-        )
+    if config.backend not in BACKEND_OPTIONS:
+        # A dotted-path backend defined outside metamod receives the whole config.
+        return cls(config)
+    model, options = config.model, {name: getattr(config, name) for name in BACKEND_OPTIONS[config.backend]}
     if config.backend == "vllm":
         from metamod.llm.embedded import resolve_model_ref
 
-        return cls(
-            resolve_model_ref(config.model),
-            adapter=config.adapter,
-            tensor_parallel_size=config.tensor_parallel_size,
-            dtype=config.dtype,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            max_model_len=config.max_model_len,
-            enable_lora=config.enable_lora or bool(config.adapter),
-            max_lora_rank=config.max_lora_rank,
-            seed=config.seed,
-            trust_remote_code=config.trust_remote_code,
-            chat_template_kwargs=config.chat_template_kwargs,
-            **({"hf_overrides": dict(config.hf_overrides)} if config.hf_overrides else {}),
-        )
-    if config.backend == "openai":
-        return cls(
-            config.model,
-            base_url=config.base_url,
-            api_key_env=config.api_key_env,
-            max_concurrency=config.max_concurrency,
-            max_retries=config.max_retries,
-            timeout=config.timeout,
-            chat_template_kwargs=config.chat_template_kwargs,
-        )
-    # A dotted-path backend defined outside metamod receives the whole config.
-    return cls(config)
+        model = resolve_model_ref(model)
+        options["enable_lora"] = config.enable_lora or bool(config.adapter)
+        if config.hf_overrides:
+            options["hf_overrides"] = dict(config.hf_overrides)
+    return cls(model, **options)

@@ -30,11 +30,12 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from metamod.files import staged_folder
 
 logger = logging.getLogger(__name__)
 
@@ -173,26 +174,22 @@ def prepare_model(name: str = DEFAULT_EMBEDDED, *, force: bool = False) -> Path:
             return target
         started = time.perf_counter()
         logger.info("Converting %s (%s) into %s (once; ~20-40 s)", spec.name, source, target)
-        tmp = target.parent / f".{spec.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        _convert(spec, source, tmp)
-        (tmp / MARKER_FILE).write_text(
-            json.dumps(
-                {
-                    "name": spec.name,
-                    "hub_id": spec.hub_id,
-                    "source": str(source),
-                    "source_bytes": source.stat().st_size,
-                    "source_sha256": _sha256(source),
-                    "package": spec.pip_spec,
-                },
-                indent=2,
+        with staged_folder(target) as tmp:
+            _convert(spec, source, tmp)
+            (tmp / MARKER_FILE).write_text(
+                json.dumps(
+                    {
+                        "name": spec.name,
+                        "hub_id": spec.hub_id,
+                        "source": str(source),
+                        "source_bytes": source.stat().st_size,
+                        "source_sha256": _sha256(source),
+                        "package": spec.pip_spec,
+                    },
+                    indent=2,
+                )
+                + "\n"
             )
-            + "\n"
-        )
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
         logger.info("Prepared %s in %.1f s -> %s", spec.name, time.perf_counter() - started, target)
     return target
 
@@ -227,7 +224,6 @@ def _convert(spec: EmbeddedModel, source: Path, out: Path) -> None:
     generation.pad_token_id = pad_id
     generation.bos_token_id = quantized.generation_config.bos_token_id
     model.config.name_or_path = spec.name
-    out.mkdir(parents=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
 

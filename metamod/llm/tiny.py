@@ -19,13 +19,12 @@ import json
 import logging
 import os
 import random
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metamod.files import atomic_write_json
+from metamod.files import atomic_write_json, staged_folder
 
 logger = logging.getLogger(__name__)
 
@@ -304,11 +303,6 @@ def build_tiny_model(
     args = _build_args(seed, arch, vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size,
                        max_position_embeddings, initializer_range, extra_texts)  # fmt: skip
     output_dir = Path(output_dir)
-    tmp_dir = output_dir.with_name(f".{output_dir.name}.tmp-{os.getpid()}")
-    if tmp_dir.exists():
-        shutil.rmtree(tmp_dir)
-    tmp_dir.mkdir(parents=True)
-
     tokenizer = build_tokenizer(seed=seed, vocab_size=vocab_size, extra_texts=extra_texts)
     if len(tokenizer) > vocab_size:
         raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens but the model vocab is {vocab_size}")
@@ -318,13 +312,10 @@ def build_tiny_model(
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
     )
-    model.save_pretrained(tmp_dir)
-    tokenizer.save_pretrained(tmp_dir)
-    atomic_write_json(tmp_dir / BUILD_ARGS_FILE, args, indent=2, sort_keys=True)
-
-    if output_dir.exists():
-        shutil.rmtree(output_dir)
-    tmp_dir.rename(output_dir)
+    with staged_folder(output_dir) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        atomic_write_json(staging / BUILD_ARGS_FILE, args, indent=2, sort_keys=True)
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("Built tiny %s model (%d parameters, %d tokens) in %s", arch, n_params, len(tokenizer), output_dir)
     return output_dir

@@ -25,11 +25,11 @@ install command.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
+from metamod.llm.adapter_files import read_adapter_config
 from metamod.llm.base import Conversation, Generation, SamplingConfig
 from metamod.llm.hf import check_adapter_folder, looks_local
 
@@ -105,13 +105,6 @@ def completion_logprobs(completion: Any, backend: str = "vllm") -> list[float]:
     return values
 
 
-def _adapter_rank(adapter: str) -> int | None:
-    config = Path(adapter).expanduser() / "adapter_config.json"
-    if not config.is_file():
-        return None
-    return json.loads(config.read_text()).get("r")
-
-
 class VLLMGenerator:
     """A :class:`~metamod.llm.base.Generator` over ``vllm.LLM`` (optionally serving one LoRA adapter).
 
@@ -156,7 +149,7 @@ class VLLMGenerator:
         if adapter:
             check_adapter_folder(adapter)
             enable_lora = True
-            rank = _adapter_rank(adapter)
+            rank = read_adapter_config(Path(adapter).expanduser()).get("r") if looks_local(adapter) else None
             if rank is not None and rank > max_lora_rank:
                 raise ValueError(
                     f"adapter {adapter!r} has LoRA rank {rank} > max_lora_rank={max_lora_rank}; "

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from metamod.llm.hf import looks_local
 
 logger = logging.getLogger(__name__)
 
@@ -27,15 +28,6 @@ def suggest_batch_size(batch_size: int, num_generations: int) -> int:
     return max(num_generations, -(-batch_size // num_generations) * num_generations)
 
 
-def looks_like_local_path(name: str) -> bool:
-    """Whether ``name`` is meant as a local path rather than a Hub id ``org/name``.
-
-    >>> looks_like_local_path("runs/tiny-model/base"), looks_like_local_path("Qwen/Qwen2.5-7B-Instruct")
-    (True, False)
-    """
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
-
-
 def module_names(model_name_or_path: str, *, trust_remote_code: bool = False) -> list[str]:
     """Names of every module of a model, built on the meta device (no weights loaded, cheap even for 8B).
 
@@ -45,7 +37,7 @@ def module_names(model_name_or_path: str, *, trust_remote_code: bool = False) ->
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if looks_like_local_path(model_name_or_path) and not Path(model_name_or_path).expanduser().is_dir():
+    if looks_local(model_name_or_path) and not Path(model_name_or_path).expanduser().is_dir():
         raise FileNotFoundError(
             f"model_name_or_path {model_name_or_path!r} does not exist. Give a model folder or a Hub id, or set "
             "build_tiny_model=true to build the offline tiny model there."
@@ -106,7 +98,7 @@ def load_split(dataset_path: str, split: str):
     path = Path(dataset_path).expanduser()
     if path.is_dir():
         data = load_from_disk(str(path))
-    elif looks_like_local_path(dataset_path) or not dataset_path.count("/") == 1:
+    elif looks_local(dataset_path) or not dataset_path.count("/") == 1:
         raise FileNotFoundError(
             f"dataset_path {dataset_path!r} does not exist. Build it with `metamod build-dataset` (or set "
             "build_dataset_config to build it automatically), or give a Hub dataset id 'org/name'."

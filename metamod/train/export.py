@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from metamod.config import ConfigError
-from metamod.files import FolderLock, atomic_write_json, write_after_checks
+from metamod.files import FolderLock, atomic_write_json, staged_folder, write_after_checks
 from metamod.llm.adapter_files import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -263,31 +263,6 @@ def _check_output(output_dir: Path, adapter_dir: Path, overwrite: bool) -> None:
             )
 
 
-def _staging_dir(target: Path) -> Path:
-    """A new hidden folder beside ``target`` (same file system, so moving it into place is a rename)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    staging.chmod(0o755)
-    return staging
-
-
-def _publish(staging: Path, target: Path) -> None:
-    """Move a complete ``staging`` folder to ``target``; what was at ``target`` (checked replaceable) goes after."""
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        target.rename(old / target.name)
-    try:
-        staging.rename(target)
-    except OSError:
-        if old is not None:  # put the earlier export back
-            (old / target.name).rename(target)
-            old.rmdir()
-        raise
-    if old is not None:
-        shutil.rmtree(old)
-
-
 def _copy_training_file(path: Path, data: Mapping[str, Any], dst: Path) -> None:
     """Copy a run's config / summary; any ``*_token`` value in it is masked (a Hub token never lands in an export)."""
     masked = mask_tokens(dict(data))
@@ -379,14 +354,9 @@ def merge_adapter(
             "run where the Hub is reachable (HF_HUB_OFFLINE unset)"
         ) from err
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
-    staging = _staging_dir(output_dir)
-    try:
+    with staged_folder(output_dir) as staging:
         merged.save_pretrained(staging)
         _write_tokenizer(adapter_dir, base_model, staging)
-        _publish(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     logger.info("Merged %s into %s -> %s", adapter_dir, base_model, output_dir)
     return output_dir
 
@@ -477,8 +447,7 @@ def export_adapter(
     # ---- write into a hidden sibling folder, renamed to output_dir once complete; one exporter per output_dir
     with write_after_checks(lock, lambda: _check_output(output_dir, adapter_dir, overwrite)):
         _check_output(output_dir, adapter_dir, overwrite)  # another exporter may have finished meanwhile
-        staging = _staging_dir(output_dir)
-        try:
+        with staged_folder(output_dir) as staging:
             merged_dir = None
             if merge:  # first: with merge_only the merged model needs the still-empty folder
                 merge_adapter(adapter_dir, base, staging if merge_only else staging / "merged", dtype=merge_dtype)
@@ -514,10 +483,6 @@ def export_adapter(
                 raise ConfigError(
                     f"the export of {adapter_dir} would hold a Hub token: {listed}; remove it from the source"
                 )
-            _publish(staging, output_dir)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
     logger.info("Exported %s -> %s", adapter_dir, output_dir)
     return output_dir
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from trl import GRPOConfig, ModelConfig
 
-from metamod.llm.adapter_files import check_resume_checkpoint
+from metamod.llm.adapter_files import ADAPTER_CONFIG, check_resume_checkpoint, read_adapter_config
 from metamod.llm.tiny import TinyModelConfig
 from metamod.rewards import DEFAULT_REWARDS, get_reward_funcs, rewards_help
 from metamod.train import common
@@ -264,10 +264,10 @@ def record_base_alias(adapter_dir: str | Path, model_name_or_path: str) -> None:
     """
     from metamod.llm.embedded import embedded_name_of, is_embedded
 
-    config_path = Path(adapter_dir) / "adapter_config.json"
+    config_path = Path(adapter_dir) / ADAPTER_CONFIG
     if not is_embedded(model_name_or_path) or not config_path.is_file():
         return
-    config = json.loads(config_path.read_text())
+    config = read_adapter_config(Path(adapter_dir))
     config["base_model_name_or_path"] = embedded_name_of(model_name_or_path)
     from metamod.files import atomic_write_json
 
@@ -490,7 +490,7 @@ def _warm_started_model(args, model_args, model_path, peft_config, train_ds, tok
     from metamod.train.sft import run_warm_start
 
     warm_dir = Path(args.output_dir) / WARM_START_DIR
-    if (warm_dir / "adapter_config.json").is_file():
+    if (warm_dir / ADAPTER_CONFIG).is_file():
         logger.info("Warm start: reusing the adapter in %s", warm_dir)
     else:
         run_warm_start(

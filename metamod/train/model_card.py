@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from metamod.llm.vllm_backend import LORA_RANKS
+
 logger = logging.getLogger(__name__)
 
 TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")
@@ -339,7 +341,7 @@ def summary_table(summary: Mapping[str, Any]) -> str:
 def _vllm_rank(r: Any) -> int:
     """Smallest rank vLLM accepts for ``max_lora_rank`` that fits the adapter's ``r``."""
     rank = int(r) if isinstance(r, (int, float)) else 16
-    return next((v for v in (8, 16, 32, 64, 128, 256, 320, 512) if v >= rank), rank)
+    return next((v for v in LORA_RANKS if v >= max(rank, 8)), rank)
 
 
 # ---------------------------------------------------------------- the card
