@@ -52,15 +52,18 @@ from metamod.llm.base import Generation
 from metamod.prompts import render
 from metamod.rollout.debaters import DebateRequest, DebaterGeneration
 from metamod.rollout.simulation import (
+    check_nonnegative,
     check_probability,
     correct_answer,
+    garbled,
     is_right,
-    logit,
+    level_of,
     normalized,
+    question_accuracy,
     seeded_rng,
-    sigmoid,
     slip,
-    wrong_answers,
+    words,
+    wrong_answer,
 )
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer
@@ -161,8 +164,7 @@ class SimulationConfig:
         ):
             check_probability(name, getattr(self, name))
         for name in ("level_slope", "question_sd", "truth_bonus", "level_drift"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            check_nonnegative(name, getattr(self, name))
         if not -1.0 <= self.confidence_correlation <= 1.0:
             raise ValueError(
                 f"confidence_correlation must be in [-1, 1] (the gap P(confident | correct) - P(confident | wrong)), "
@@ -211,7 +213,7 @@ class SimulatedDebaters:
     def _count(self, text: str) -> int:
         if self.tokenizer is not None:
             return len(self.tokenizer.encode(text))
-        return len(text.split())
+        return words(text)
 
     def agent_settings(self, agent: int) -> dict[str, Any]:
         cfg = self.config
@@ -235,20 +237,11 @@ class SimulatedDebaters:
     def accuracy(self, example: Example, agent: int) -> float:
         """Round-0 probability that ``agent`` answers ``example`` correctly."""
         cfg = self.config
-        level = int(example.meta.get("level", 1) or 1)
-        z_q = seeded_rng(cfg.sim_seed, example.id, "question").gauss(0.0, 1.0)
-        base = logit(cfg.agent_accuracy[agent % len(cfg.agent_accuracy)])
-        return sigmoid(base - cfg.level_slope * (level - 1) + cfg.question_sd * z_q)
+        accuracy = cfg.agent_accuracy[agent % len(cfg.agent_accuracy)]
+        return question_accuracy(cfg.sim_seed, example, accuracy, level_of(example), cfg.level_slope, cfg.question_sd)
 
     def _wrong(self, rng: random.Random, example: Example, avoid: str | None = None) -> str:
-        options = wrong_answers(example)
-        if avoid is not None:
-            key = normalized(avoid, example.kind, example.choices)
-            kept = [o for o in options if normalized(o, example.kind, example.choices) != key]
-            options = kept or options
-        if len(options) == 1 or rng.random() < self.config.distractor_concentration:
-            return options[0]
-        return rng.choice(options[1:])
+        return wrong_answer(rng, example, avoid=avoid, concentration=self.config.distractor_concentration)
 
     def _solve(self, rng: random.Random, example: Example, agent: int) -> str:
         return correct_answer(example) if rng.random() < self.accuracy(example, agent) else self._wrong(rng, example)
@@ -261,7 +254,7 @@ class SimulatedDebaters:
         key = lambda a: normalized(a, ex.kind, ex.choices)  # noqa: E731
         own = extract_answer(request.own_previous)
         peers = [extract_answer(p) for p in request.peer_previous]
-        level = int(ex.meta.get("level", 1) or 1)
+        level = level_of(ex)
         if own is None or key(own) is None:
             current, move = self._solve(rng, ex, request.agent), "solve"
         else:
@@ -350,7 +343,7 @@ class SimulatedDebaters:
             lines.append(tail)
         if rng.random() < self.config.garble_prob:
             cut = max(1, len(lines) - 1 - rng.randrange(0, 2))
-            return "\n".join(lines[:cut]) + "\nSo the result should be"
+            return garbled(lines, cut)
         lines.append(f"<answer>{answer}</answer>")
         return "\n".join(lines)
 

@@ -74,6 +74,21 @@ def is_right(answer: str | None, example: Example) -> bool:
     return answer is not None and graded(answer, example.gold, example.kind, example.choices)
 
 
+def check_nonnegative(name: str, value: float) -> None:
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def level_of(example: Example) -> int:
+    """The example's difficulty level (``meta["level"]``; 1 when absent)."""
+    return int(example.meta.get("level", 1) or 1)
+
+
+def words(text: str) -> int:
+    """The token count of a simulated text: its whitespace-separated words."""
+    return len(text.split())
+
+
 def seeded_rng(*parts: object) -> random.Random:
     digest = hashlib.blake2b("|".join(map(str, parts)).encode("utf-8"), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "big"))
@@ -85,6 +100,15 @@ def sigmoid(x: float) -> float:
 
 def logit(p: float) -> float:
     return math.log(p / (1.0 - p))
+
+
+def question_accuracy(
+    seed: object, example: Example, accuracy: float, level: int, slope: float, sd: float, bonus: float = 0.0
+) -> float:
+    """P(a first attempt is right): ``sigmoid(logit(accuracy) - slope * (level - 1) + sd * z_q + bonus)``, with
+    ``z_q ~ N(0, 1)`` from the question's own stream, shared by every agent and attempt (hard for everyone)."""
+    z_q = seeded_rng(seed, example.id, "question").gauss(0.0, 1.0)
+    return sigmoid(logit(accuracy) - slope * (level - 1) + sd * z_q + bonus)
 
 
 def wrong_answers(example: Example) -> list[str]:
@@ -114,6 +138,27 @@ def wrong_answers(example: Example) -> list[str]:
         if key is not None and not is_right(cand, example) and cand not in out:
             out.append(cand)
     return out or [f"not {example.gold}"]
+
+
+def wrong_answer(
+    rng: random.Random, example: Example, *, avoid: str | None = None, concentration: float | None = None
+) -> str:
+    """A plausible wrong answer other than ``avoid`` (where another exists): the first with probability
+    ``concentration``, else one of the others; uniformly among all without a ``concentration``."""
+    options = wrong_answers(example)
+    if avoid is not None:
+        key = normalized(avoid, example.kind, example.choices)
+        options = [o for o in options if normalized(o, example.kind, example.choices) != key] or options
+    if concentration is None:
+        return rng.choice(options)
+    if len(options) == 1 or rng.random() < concentration:
+        return options[0]
+    return rng.choice(options[1:])
+
+
+def garbled(lines: list[str], cut: int) -> str:
+    """A response cut off after its first ``cut`` lines, before its answer (unparsable)."""
+    return "\n".join(lines[:cut]) + "\nSo the result should be"
 
 
 def slip(step: str, wrong: str) -> str:

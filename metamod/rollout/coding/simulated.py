@@ -45,7 +45,7 @@ from typing import Any
 
 from metamod.llm.base import Generation
 from metamod.rollout.coding.turn import CodeTurn, code_meta
-from metamod.rollout.simulation import check_probability, logit, seeded_rng, sigmoid
+from metamod.rollout.simulation import check_nonnegative, check_probability, question_accuracy, seeded_rng, words
 from metamod.tasks.base import Example
 
 SIM_CODER_MODEL = "simulated-coder-v1"
@@ -115,8 +115,7 @@ class CodeSimulationConfig:
         for name in ("retry_fix", "peer_bonus", "overfit_prob", "garble_prob"):
             check_probability(name, getattr(self, name))
         for name in ("level_slope", "question_sd"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            check_nonnegative(name, getattr(self, name))
         if self.knowledge_cap < 1:
             raise ValueError(f"knowledge_cap must be >= 1, got {self.knowledge_cap}")
 
@@ -199,9 +198,10 @@ class SimulatedCoder:
         """The probability that this turn's proposal is right (see the module docstring)."""
         cfg = self.config
         level = int(code_meta(turn.example).get("level") or 1)
-        z_q = seeded_rng(cfg.code_sim_seed, turn.example.id, "question").gauss(0.0, 1.0)
         knowledge = cfg.knowledge_bonus * min(turn.guidance_items, cfg.knowledge_cap) / cfg.knowledge_cap
-        first = sigmoid(logit(cfg.accuracy) - cfg.level_slope * (level - 1) + cfg.question_sd * z_q + knowledge)
+        first = question_accuracy(
+            cfg.code_sim_seed, turn.example, cfg.accuracy, level, cfg.level_slope, cfg.question_sd, knowledge
+        )
         if turn.iteration <= 1 or not turn.failed_before:
             return first
         fix = min(1.0, cfg.retry_fix + (cfg.peer_bonus if turn.peer_lessons else 0.0)) / (1 + 0.25 * (level - 1))
@@ -260,8 +260,7 @@ class SimulatedCoder:
             text = self._answer(turn, rng.random() < self.p_right(turn))
             if turn.stage == "program":
                 text = self._program(turn, text, helper=rng.random() < PROGRAM_HELPER_PROB)
-        words = len(text.split())
-        return Generation(text=text, prompt_tokens=64, completion_tokens=words, finish_reason="stop")
+        return Generation(text=text, prompt_tokens=64, completion_tokens=words(text), finish_reason="stop")
 
     def respond(self, turns: Sequence[CodeTurn]) -> list[Generation]:
         """One simulated response per turn (deterministic per turn)."""

@@ -4,7 +4,7 @@ Every knob is a :class:`MROSimulationConfig` field (docs/mro.md gives the calibr
 
 * **Reasoner, first attempt.** Right with probability ``sigmoid(logit(reasoner_accuracy) - reasoner_level_slope *
   (level - 1) + reasoner_question_sd * z_q)`` (``z_q ~ N(0, 1)`` per question). A wrong answer is a plausible one
-  (the task's distractors, :func:`metamod.rollout.simulated.wrong_answers`) with a visibly slipped last step.
+  (the task's distractors, :func:`metamod.rollout.simulation.wrong_answers`) with a visibly slipped last step.
 * **Reasoner after a Restart.** A wrong previous attempt becomes right with probability ``restart_fix`` (lower on
   harder levels: divided by ``1 + 0.25 * (level - 1)``); a right one stays right with probability ``restart_keep``.
 * **Monitor.** Flags a wrong candidate with probability ``monitor_detect`` (true positive) and a right one with
@@ -41,14 +41,16 @@ from metamod.llm.base import Generation
 from metamod.rollout.mro.parse import parse_controller
 from metamod.rollout.mro.roles import ControllerRequest, ControllerTurn, MonitorRequest, ReasonerRequest
 from metamod.rollout.simulation import (
+    check_probability,
     correct_answer,
+    garbled,
     is_right,
-    logit,
-    normalized,
+    level_of,
+    question_accuracy,
     seeded_rng,
-    sigmoid,
     slip,
-    wrong_answers,
+    words,
+    wrong_answer,
 )
 from metamod.tasks.base import Example
 
@@ -101,26 +103,11 @@ class MROSimulationConfig:
             "controller_doubt",
             "mro_garble_prob",
         ):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
+            check_probability(name, getattr(self, name))
         if not 0.0 < self.reasoner_accuracy < 1.0:
             raise ValueError(f"reasoner_accuracy must be in (0, 1), got {self.reasoner_accuracy}")
         if self.reasoner_question_sd < 0 or self.reasoner_level_slope < 0:
             raise ValueError("reasoner_question_sd and reasoner_level_slope must be >= 0")
-
-
-def _words(text: str) -> int:
-    return len(text.split())
-
-
-def _level(example: Example) -> int:
-    return int(example.meta.get("level", 1) or 1)
-
-
-def _is_gold(answer: str | None, example: Example) -> bool:
-    """Whether a candidate is right (the simulation's own rule, :func:`metamod.rollout.simulated._is_right`)."""
-    return answer is not None and is_right(answer, example)
 
 
 class _SimRole:
@@ -139,15 +126,14 @@ class _SimRole:
     def _rng(self, example: Example, iteration: int, *extra: object):
         return seeded_rng(self.config.mro_sim_seed, example.id, self.role, iteration, *extra)
 
+    def _right(self, request: MonitorRequest | ControllerRequest) -> bool:
+        """Whether the audited candidate is right: as recorded, else the simulation's own rule (:func:`is_right`)."""
+        if request.correct is not None:
+            return request.correct
+        return request.answer is not None and is_right(request.answer, request.example)
+
     def _wrong(self, rng, example: Example, avoid: str | None = None) -> str:
-        options = wrong_answers(example)
-        if avoid is not None:
-            options = [
-                o
-                for o in options
-                if normalized(o, example.kind, example.choices) != normalized(avoid, example.kind, example.choices)
-            ] or options
-        return rng.choice(options)
+        return wrong_answer(rng, example, avoid=avoid)
 
 
 class SimulatedReasoner(_SimRole):
@@ -158,16 +144,15 @@ class SimulatedReasoner(_SimRole):
     def first_accuracy(self, example: Example) -> float:
         """P(the first attempt is right) for this question."""
         cfg = self.config
-        z_q = seeded_rng(cfg.mro_sim_seed, example.id, "question").gauss(0.0, 1.0)
-        base = logit(cfg.reasoner_accuracy) - cfg.reasoner_level_slope * (_level(example) - 1)
-        return sigmoid(base + cfg.reasoner_question_sd * z_q)
+        level, slope, sd = level_of(example), cfg.reasoner_level_slope, cfg.reasoner_question_sd
+        return question_accuracy(cfg.mro_sim_seed, example, cfg.reasoner_accuracy, level, slope, sd)
 
     def _p_right(self, request: ReasonerRequest) -> float:
         if request.iteration == 1 or request.previous_correct is None:
             return self.first_accuracy(request.example)
         if request.previous_correct:
             return self.config.restart_keep
-        return self.config.restart_fix / (1 + 0.25 * (_level(request.example) - 1))
+        return self.config.restart_fix / (1 + 0.25 * (level_of(request.example) - 1))
 
     def propose(self, requests: list[ReasonerRequest]) -> list[Generation]:
         self.num_calls += 1
@@ -186,11 +171,11 @@ class SimulatedReasoner(_SimRole):
             lines = ["Trying a different approach this time."] if request.feedback else []
             lines += [f"Step {k + 1}: {s}" for k, s in enumerate(steps)]
             if rng.random() < self.config.mro_garble_prob:
-                text = "\n".join(lines[: max(1, len(lines) - 1)]) + "\nSo the result should be"
+                text = garbled(lines, max(1, len(lines) - 1))
             else:
                 text = "\n".join(lines) + f"\n<answer>{answer}</answer>"
-            prompt = _words(ex.prompt_text()) + 40 + _words(request.previous or "") + _words(request.feedback or "")
-            out.append(Generation(text, prompt, _words(text), "stop"))
+            prompt = words(ex.prompt_text()) + 40 + words(request.previous or "") + words(request.feedback or "")
+            out.append(Generation(text, prompt, words(text), "stop"))
         return out
 
 
@@ -205,7 +190,7 @@ class SimulatedMonitor(_SimRole):
         for request in requests:
             ex, cfg = request.example, self.config
             rng = self._rng(ex, request.iteration)
-            right = request.correct if request.correct is not None else _is_gold(request.answer, ex)
+            right = self._right(request)
             flagged = rng.random() < (cfg.monitor_false_alarm if right else cfg.monitor_detect)
             steps = max(1, sum(1 for line in request.solution.splitlines() if line.startswith("Step ")))
             if rng.random() < cfg.mro_garble_prob:
@@ -218,8 +203,8 @@ class SimulatedMonitor(_SimRole):
                     f"ERROR_FOUND: yes\nERROR_STEP: {step}\nERROR: the result of step {step} does not follow from "
                     f"the line before it.\nEXPLANATION: Recomputing step {step} gives a different value."
                 )
-            prompt = _words(ex.prompt_text()) + _words(request.solution) + 60
-            out.append(Generation(text, prompt, _words(text), "stop"))
+            prompt = words(ex.prompt_text()) + words(request.solution) + 60
+            out.append(Generation(text, prompt, words(text), "stop"))
         return out
 
 
@@ -235,7 +220,7 @@ class SimulatedController(_SimRole):
             ex, cfg = request.example, self.config
             rng = self._rng(ex, request.iteration)
             flagged = bool(request.report and request.report.error_found)
-            right = request.correct if request.correct is not None else _is_gold(request.answer, ex)
+            right = self._right(request)
             if rng.random() < cfg.mro_garble_prob:
                 text = "Let me weigh the audit against the solution before deciding anything."
             elif flagged and rng.random() < cfg.controller_patch:
@@ -256,8 +241,8 @@ class SimulatedController(_SimRole):
                     "ACTION: ACCEPT\nJUSTIFICATION: The audit found no error.\nSUGGESTIONS:\nCORRECTED_REASONING:\n"
                     f"FINAL_ANSWER: {request.answer or ''}"
                 )
-            prompt = _words(ex.prompt_text()) + _words(request.solution) + _words(request.report_text) + 90
-            generation = Generation(text, prompt, _words(text), "stop")
+            prompt = words(ex.prompt_text()) + words(request.solution) + words(request.report_text) + 90
+            generation = Generation(text, prompt, words(text), "stop")
             error_found = request.report.error_found if request.report else None
             out.append(ControllerTurn(generation, parse_controller(text, error_found=error_found)))
         return out
