@@ -62,7 +62,8 @@ from metamod.memory.curation import (
     select_corpus,
     solution_record,
 )
-from metamod.memory.embed import Embedder, check_embedder
+from metamod.memory.embed import Embedder
+from metamod.memory.items import ItemVectors, check_embedder_options, check_positive, evict_lowest
 from metamod.prompts import render
 
 logger = logging.getLogger(__name__)
@@ -126,9 +127,7 @@ class ACEOptions(MemoryOptions):
 
     def __post_init__(self) -> None:
         for name in ("max_new", "top_k", "max_entries", "reflector_max_tokens", "curator_max_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_positive(name, getattr(self, name))
         if not 0.0 < self.dedup_threshold <= 1.0:
             raise ValueError(f"dedup_threshold must be in (0, 1] (1: only identical texts), got {self.dedup_threshold}")
         if (
@@ -137,10 +136,7 @@ class ACEOptions(MemoryOptions):
             or self.prune_threshold < 0
         ):
             raise ValueError(f"prune_threshold must be an integer >= 0, got {self.prune_threshold!r}")
-        if self.embedder is not None:
-            check_embedder(self.embedder, self.embedder_model)
-        elif self.embedder_model:
-            raise ValueError(f"embedder_model={self.embedder_model!r} is set without embedder; name the embedder too")
+        check_embedder_options(self.embedder, self.embedder_model)
 
 
 @dataclass
@@ -275,7 +271,7 @@ class ACEMemory(BaseMemory):
         self.corpus_rows = len(corpus)
         self.next_uid = 1
         self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
-        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._vectors = ItemVectors(self.embedder)
         self._reindex()
 
     # ------------------------------------------------------------------ protocol
@@ -397,7 +393,7 @@ class ACEMemory(BaseMemory):
         for section, text in ops:
             vec = self.embedder.embed([text])[0]
             if self.bullets:
-                sims = np.round(self._matrix()[0] @ vec, 6)
+                sims = np.round(self._vectors.matrices(self._items())[0] @ vec, 6)
                 best = int(np.argmax(sims))
                 if sims[best] >= self.options.dedup_threshold:
                     self.bullets[best].helpful += 1
@@ -420,38 +416,21 @@ class ACEMemory(BaseMemory):
         self.counters["bullets_pruned"] += len(self.bullets) - len(keep)
         self.bullets = keep
         excess = len(self.bullets) - self.options.max_entries
-        if excess > 0:
-            order = sorted(range(len(self.bullets)), key=lambda i: (self.bullets[i].score, i))
-            dropped = set(order[:excess])
-            self.bullets = [b for i, b in enumerate(self.bullets) if i not in dropped]
-            self.counters["bullets_evicted"] += excess
+        self.bullets = evict_lowest(self.bullets, excess, lambda i: (self.bullets[i].score, i))
+        self.counters["bullets_evicted"] += max(excess, 0)
 
     # ------------------------------------------------------------------ retrieval
     def _reindex(self) -> None:
         """Embed new bullets (text, and source question as a key); never saved: the embedder is deterministic."""
-        todo = [b for b in self.bullets if self._key(b) not in self._cache]
-        if todo:
-            texts = self.embedder.embed([b.text for b in todo])
-            keys = self.embedder.embed([b.question for b in todo])
-            keys[[i for i, b in enumerate(todo) if not b.question.strip()]] = 0.0
-            self._cache.update({self._key(b): (texts[i], keys[i]) for i, b in enumerate(todo)})
-        live = {self._key(b) for b in self.bullets}
-        self._cache = {k: v for k, v in self._cache.items() if k in live}
+        self._vectors.update(self._items())
 
-    @staticmethod
-    def _key(bullet: Bullet) -> str:
-        return f"{bullet.id}\0{bullet.text}\0{bullet.question}"
-
-    def _matrix(self) -> tuple[np.ndarray, np.ndarray]:
-        rows = [self._cache[self._key(b)] for b in self.bullets]
-        return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
+    def _items(self) -> list[tuple[str, str, str]]:
+        return [(b.id, b.text, b.question) for b in self.bullets]
 
     def _related(self, query: str) -> list[Bullet]:
         """The ``top_k`` bullets most similar to ``query``; ties by helpful - harmful, then the older bullet."""
         if not self.bullets:
             return []
-        texts, keys = self._matrix()
-        q = self.embedder.embed([query])[0]
-        scores = np.round(np.maximum(texts @ q, keys @ q).astype(np.float64), 6)
+        scores = np.round(self._vectors.scores(self._items(), query).astype(np.float64), 6)
         order = sorted(range(len(self.bullets)), key=lambda i: (-scores[i], -self.bullets[i].score, i))
         return [self.bullets[i] for i in order[: self.options.top_k]]

@@ -72,7 +72,8 @@ from metamod.memory.curation import (
     select_corpus,
     solution_record,
 )
-from metamod.memory.embed import Embedder, check_embedder, top_k_scores
+from metamod.memory.embed import Embedder, top_k_scores
+from metamod.memory.items import ItemVectors, check_embedder_options, check_positive, embed_keys, evict_lowest
 from metamod.prompts import render
 from metamod.tasks.base import Example
 
@@ -163,7 +164,7 @@ class DCOptions(MemoryOptions):
         if self.curation not in CURATIONS:
             raise ValueError(f"curation must be one of {CURATIONS}, got {self.curation!r}")
         for name in ("max_new", "max_entries", "max_chars", "curator_max_tokens", "synthesis_max_tokens"):
-            _check_positive(name, getattr(self, name))
+            check_positive(name, getattr(self, name))
         if not self.online and self.curator == "retrieval_synthesis":
             raise ValueError(
                 "online: false is static DC-Cu; static DC-RS (retrieval without synthesis) is the metacognitive_reuse "
@@ -175,16 +176,8 @@ class DCOptions(MemoryOptions):
             if self.curator == "retrieval_synthesis":
                 raise ValueError("top_k: null (the whole cheatsheet) is for curator: cumulative; DC-RS needs a number")
         else:
-            _check_positive("top_k", self.top_k)
-        if self.embedder is not None:
-            check_embedder(self.embedder, self.embedder_model)
-        elif self.embedder_model:
-            raise ValueError(f"embedder_model={self.embedder_model!r} is set without embedder; name the embedder too")
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_positive("top_k", self.top_k)
+        check_embedder_options(self.embedder, self.embedder_model)
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -276,7 +269,7 @@ class DynamicCheatsheet(BaseMemory):
         )
         self.embedder: Embedder = corpus_embedder(self.options, embedder)
         self._corpus_vecs: tuple[np.ndarray, np.ndarray] | None = None
-        self._vecs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._vectors = ItemVectors(self.embedder)
         if self.cumulative:
             self.entries = [
                 CheatsheetEntry(
@@ -288,7 +281,7 @@ class DynamicCheatsheet(BaseMemory):
             saved = corpus_embeddings(self.options.corpus, self.embedder, len(self.corpus))
             self._corpus_vecs = saved or (
                 self.embedder.embed([f"{r['name']}: {r['description']}" for r in self.corpus]),
-                self._embed_keys([r["question"] for r in self.corpus]),
+                embed_keys(self.embedder, [r["question"] for r in self.corpus]),
             )
         self._reindex()
 
@@ -431,42 +424,22 @@ class DynamicCheatsheet(BaseMemory):
         self._reindex()
 
     # ------------------------------------------------------------------ internals
-    def _embed_keys(self, questions: list[str]) -> np.ndarray:
-        """Embeddings of source questions; an empty question gets a zero row (it never matches)."""
-        vecs = self.embedder.embed([q or "" for q in questions])
-        vecs[[i for i, q in enumerate(questions) if not q.strip()]] = 0.0
-        return vecs
-
     def _reindex(self) -> None:
         """Embed entries that are new or changed (never saved: the embedder is deterministic)."""
-        keep: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        todo = []
-        for e in self.entries:
-            key = f"{e.id}\0{e.name}: {e.description}\0{e.question}"
-            if key in self._vecs:
-                keep[key] = self._vecs[key]
-            else:
-                todo.append((key, e))
-        if todo:
-            texts = self.embedder.embed([f"{e.name}: {e.description}" for _, e in todo])
-            keys = self._embed_keys([e.question for _, e in todo])
-            keep.update({k: (texts[i], keys[i]) for i, (k, _) in enumerate(todo)})
-        self._vecs = keep
+        self._vectors.update(self._items())
         if self.pairs:
             self._pair_vecs = self.embedder.embed([p.question for p in self.pairs])
         else:
             self._pair_vecs = None
 
-    def _entry_vecs(self) -> tuple[np.ndarray, np.ndarray]:
-        pairs = [self._vecs[f"{e.id}\0{e.name}: {e.description}\0{e.question}"] for e in self.entries]
-        return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    def _items(self) -> list[tuple[str, str, str]]:
+        return [(e.id, f"{e.name}: {e.description}", e.question) for e in self.entries]
 
     def _relevant(self, question: str, top_k: int | None) -> list[CheatsheetEntry]:
         """Entries most similar to ``question``: ``top_k`` of them, or (None) as many as fit in ``max_chars``."""
         if not self.entries:
             return []
-        texts, keys = self._entry_vecs()
-        scores = best_scores(self.embedder.embed([question])[0], texts, keys)
+        scores = self._vectors.scores(self._items(), question)
         order = [self.entries[i] for i, _ in top_k_scores(scores, top_k or len(self.entries))]
         if top_k is not None:
             return order
@@ -539,15 +512,11 @@ class DynamicCheatsheet(BaseMemory):
             by_name[name] = entry
             added += 1
             self.counters["entries_added"] += 1
-        excess = len(self.entries) - self.options.max_entries
-        if excess > 0:
-            entries = self.entries
-            order = sorted(
-                range(len(entries)), key=lambda i: (entries[i].last_batch, entries[i].created_batch, entries[i].uses, i)
-            )
-            dropped = set(order[:excess])
-            self.entries = [e for i, e in enumerate(self.entries) if i not in dropped]
-            self.counters["entries_evicted"] += excess
+        entries, excess = self.entries, len(self.entries) - self.options.max_entries
+        self.entries = evict_lowest(
+            entries, excess, lambda i: (entries[i].last_batch, entries[i].created_batch, entries[i].uses, i)
+        )
+        self.counters["entries_evicted"] += max(excess, 0)
 
 
 def _within_budget(entries: list[CheatsheetEntry], max_chars: int) -> list[CheatsheetEntry]:
