@@ -49,18 +49,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
-from metamod.memory.cheatsheet.corpus import corpus_embedder
+from metamod.memory.base import Guidance, GuidanceRequest, MemoryOptions
 from metamod.memory.curation import (
     MAX_TEXT_CHARS,
+    CuratedMemory,
     chat_texts,
     lines,
-    load_corpus,
-    needs_llm_message,
     outcome_text,
     parse_entries,
     select_corpus,
-    solution_record,
 )
 from metamod.memory.embed import Embedder
 from metamod.memory.items import ItemVectors, check_embedder_options, check_positive, evict_lowest
@@ -213,7 +210,7 @@ def parse_operations(text: str) -> list[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------------------------------------- the memory
-class ACEMemory(BaseMemory):
+class ACEMemory(CuratedMemory):
     """ACE with a reflector and a curator over itemised bullets; see the module docstring.
 
     Args:
@@ -229,14 +226,8 @@ class ACEMemory(BaseMemory):
 
     name = "ace"
     options_class: ClassVar[type] = ACEOptions
-    uses_llm: ClassVar[bool] = True
-
-    @classmethod
-    def gold_use(cls, options: Any) -> str | None:
-        """``use_correctness`` shows the reflector whether each solution was graded correct."""
-        if options is not None and options.use_correctness:
-            return "tells the reflector whether each solution was graded correct (use_correctness)"
-        return None
+    gold_reader: ClassVar[str] = "reflector"
+    counter_names: ClassVar[tuple[str, ...]] = _COUNTERS
 
     @classmethod
     def wants_llm(cls, options: ACEOptions | None) -> bool:
@@ -252,25 +243,12 @@ class ACEMemory(BaseMemory):
         seed: int = 0,
         embedder: Embedder | None = None,
     ) -> None:
-        super().__init__()
-        from metamod.llm.base import SamplingConfig
-
-        self.options = options if options is not None else ACEOptions()
-        if not isinstance(self.options, ACEOptions):
-            raise TypeError(f"memory 'ace' takes ACEOptions, got {type(self.options).__name__}")
-        if llm is None:
-            raise ValueError(needs_llm_message(self.name))
-        self.llm, self.seed = llm, seed
-        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
-        corpus = load_corpus(self.options.corpus) if self.options.corpus and not self.options.cold_start else []
-        self.embedder: Embedder = corpus_embedder(self.options, embedder)
+        super().__init__(options, llm=llm, llm_sampling=llm_sampling, seed=seed, embedder=embedder, needs_llm=True)
         self.bullets: list[Bullet] = [
             Bullet(id=r["id"], section=r["name"], text=r["description"], question=r["question"], source="corpus")
-            for r in select_corpus(corpus, self.options.max_entries)
+            for r in select_corpus(self.corpus, self.options.max_entries)
         ]
-        self.corpus_rows = len(corpus)
         self.next_uid = 1
-        self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
         self._vectors = ItemVectors(self.embedder)
         self._reindex()
 
@@ -281,9 +259,6 @@ class ACEMemory(BaseMemory):
         if not chosen:
             return Guidance()
         return Guidance(text=lines([(b.section, b.text) for b in chosen]), item_ids=tuple(b.id for b in chosen))
-
-    def record(self, observation: Observation) -> dict[str, Any]:
-        return solution_record(observation)
 
     def consolidate(self, records: list[dict[str, Any]]) -> None:
         """Reflect (one batched call), update counters, curate (one batched call), dedup/add, prune, cap."""
@@ -299,9 +274,6 @@ class ACEMemory(BaseMemory):
         )
 
     # ------------------------------------------------------------------ state
-    def config_dict(self) -> dict[str, Any]:
-        return {**asdict(self.options), "embedder": self.embedder.spec(), "corpus_rows": self.corpus_rows}
-
     def stats(self) -> dict[str, int]:
         """Counters (calls, tags, bullets added/deduplicated/pruned/evicted) and the playbook size."""
         return {**self.counters, "bullets": len(self.bullets)}
@@ -317,7 +289,7 @@ class ACEMemory(BaseMemory):
         try:
             bullets = [Bullet(**b) for b in state.get("bullets", [])]
             next_uid = int(state.get("next_uid", 1))
-            counters = {**self.counters, **{str(k): int(v) for k, v in (state.get("counters") or {}).items()}}
+            counters = self.saved_counters(state)
         except (TypeError, ValueError) as err:
             raise ValueError(f"ace memory state is malformed: {err}") from err
         ids = [b.id for b in bullets]

@@ -58,22 +58,25 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
-from metamod.memory.cheatsheet.corpus import corpus_embedder
+from metamod.memory.base import Guidance, GuidanceRequest, MemoryOptions
 from metamod.memory.curation import (
-    best_scores,
+    CuratedMemory,
     chat_texts,
     corpus_embeddings,
     lines,
-    load_corpus,
-    needs_llm_message,
     outcome_text,
     parse_entries,
     select_corpus,
-    solution_record,
 )
 from metamod.memory.embed import Embedder, top_k_scores
-from metamod.memory.items import ItemVectors, check_embedder_options, check_positive, embed_keys, evict_lowest
+from metamod.memory.items import (
+    ItemVectors,
+    best_scores,
+    check_embedder_options,
+    check_positive,
+    embed_keys,
+    evict_lowest,
+)
 from metamod.prompts import render
 from metamod.tasks.base import Example
 
@@ -209,7 +212,7 @@ class PastPair:
     batch: int = 0
 
 
-class DynamicCheatsheet(BaseMemory):
+class DynamicCheatsheet(CuratedMemory):
     """Dynamic Cheatsheet (DC-Cu / DC-RS); see the module docstring.
 
     Args:
@@ -225,14 +228,7 @@ class DynamicCheatsheet(BaseMemory):
 
     name = "dc"
     options_class: ClassVar[type] = DCOptions
-    uses_llm: ClassVar[bool] = True
-
-    @classmethod
-    def gold_use(cls, options: Any) -> str | None:
-        """``use_correctness`` shows the curator whether each solution was graded correct."""
-        if options is not None and options.use_correctness:
-            return "tells the curator whether each solution was graded correct (use_correctness)"
-        return None
+    counter_names: ClassVar[tuple[str, ...]] = _COUNTERS
 
     @classmethod
     def wants_llm(cls, options: DCOptions | None) -> bool:
@@ -248,26 +244,13 @@ class DynamicCheatsheet(BaseMemory):
         seed: int = 0,
         embedder: Embedder | None = None,
     ) -> None:
-        super().__init__()
-        from metamod.llm.base import SamplingConfig
-
-        self.options = options if options is not None else DCOptions()
-        if not isinstance(self.options, DCOptions):
-            raise TypeError(f"memory 'dc' takes DCOptions, got {type(self.options).__name__}")
-        if llm is None and self.options.online:
-            raise ValueError(needs_llm_message(self.name))
-        self.llm, self.seed = llm, seed
-        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
+        online = options is None or options.online
+        super().__init__(options, llm=llm, llm_sampling=llm_sampling, seed=seed, embedder=embedder, needs_llm=online)
         self.cumulative = self.options.curator == "cumulative"
         self.entries: list[CheatsheetEntry] = []
         self.pairs: list[PastPair] = []
         self.next_uid = 1
         self.synth: dict[str, dict[str, Any]] = {}  # example id -> this batch's DC-RS synthesis
-        self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
-        self.corpus: list[dict[str, Any]] = (
-            load_corpus(self.options.corpus) if self.options.corpus and not self.options.cold_start else []
-        )
-        self.embedder: Embedder = corpus_embedder(self.options, embedder)
         self._corpus_vecs: tuple[np.ndarray, np.ndarray] | None = None
         self._vectors = ItemVectors(self.embedder)
         if self.cumulative:
@@ -348,9 +331,6 @@ class DynamicCheatsheet(BaseMemory):
             return Guidance()
         return Guidance(text=lines([(e.name, e.description) for e in chosen]), item_ids=tuple(e.id for e in chosen))
 
-    def record(self, observation: Observation) -> dict[str, Any]:
-        return solution_record(observation)
-
     def consolidate(self, records: list[dict[str, Any]]) -> None:
         """DC-Cu: count uses, then curate every record (sequentially or batched); DC-RS: store the pairs.
         Static DC-Cu (``online: false``) changes nothing."""
@@ -392,9 +372,6 @@ class DynamicCheatsheet(BaseMemory):
         )
 
     # ------------------------------------------------------------------ state
-    def config_dict(self) -> dict[str, Any]:
-        return {**asdict(self.options), "embedder": self.embedder.spec(), "corpus_rows": len(self.corpus)}
-
     def stats(self) -> dict[str, int]:
         """Counters (calls, entries added/revised/evicted, rejected edits, fallbacks) and the store sizes."""
         return {**self.counters, "entries": len(self.entries), "pairs": len(self.pairs)}
@@ -414,7 +391,7 @@ class DynamicCheatsheet(BaseMemory):
             pairs = [PastPair(**p) for p in state.get("pairs", [])]
             next_uid = int(state.get("next_uid", 1))
             synth = {str(k): dict(v) for k, v in (state.get("synth") or {}).items()}
-            counters = {**self.counters, **{str(k): int(v) for k, v in (state.get("counters") or {}).items()}}
+            counters = self.saved_counters(state)
         except (TypeError, ValueError) as err:
             raise ValueError(f"dc memory state is malformed: {err}") from err
         made = [int(i.id[1:]) for i in [*entries, *pairs] if re.fullmatch(r"[CP]\d+", i.id)]

@@ -56,6 +56,11 @@ def evict_lowest(items: list[T], excess: int, key: Callable[[int], Any]) -> list
     return [item for i, item in enumerate(items) if i not in dropped]
 
 
+def best_scores(query: np.ndarray, text_vecs: np.ndarray, key_vecs: np.ndarray) -> np.ndarray:
+    """Per item ``max(cos(query, text), cos(query, key))`` (a zero key row scores 0)."""
+    return np.maximum(text_vecs @ query, key_vecs @ query)
+
+
 class ItemVectors:
     """Cached embeddings of a memory's items: each item's text and its source question (a retrieval key).
 
@@ -89,5 +94,4 @@ class ItemVectors:
     def scores(self, items: Sequence[tuple[str, str, str]], query: str) -> np.ndarray:
         """Per item ``max(cos(query, text), cos(query, question))`` (an empty question scores 0)."""
         texts, keys = self.matrices(items)
-        q = self.embedder.embed([query])[0]
-        return np.maximum(texts @ q, keys @ q)
+        return best_scores(self.embedder.embed([query])[0], texts, keys)
