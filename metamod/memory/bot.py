@@ -364,15 +364,10 @@ class BufferOfThought(BaseMemory):
         self, options: BoTOptions | None = None, *, llm: Any = None, llm_sampling: Any = None, seed: int = 0
     ) -> None:
         super().__init__()
-        from metamod.llm.base import SamplingConfig
-
-        self.options = options if options is not None else BoTOptions()
-        if not isinstance(self.options, BoTOptions):
-            raise TypeError(f"memory 'bot' takes BoTOptions, got {type(self.options).__name__}")
+        self.options = self._checked_options(options)
         if self.options.writer == "llm" and llm is None:
             raise ValueError(_NEEDS_LLM)
-        self.llm, self.seed = llm, seed
-        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
+        self._set_llm(llm, llm_sampling, seed)
         extra = {"model_path": self.options.embedder_model} if self.options.embedder == "sentence-transformers" else {}
         self.embedder: Embedder = build_embedder(self.options.embedder, **extra)
         self.generic = generic_template()

@@ -224,17 +224,10 @@ class CuratedMemory(BaseMemory):
         self, options: Any, *, llm: Any, llm_sampling: Any, seed: int, embedder: Embedder | None, needs_llm: bool
     ) -> None:
         super().__init__()
-        from metamod.llm.base import SamplingConfig
-
-        self.options = options if options is not None else self.options_class()
-        if not isinstance(self.options, self.options_class):
-            raise TypeError(
-                f"memory {self.name!r} takes {self.options_class.__name__}, got {type(self.options).__name__}"
-            )
+        self.options = self._checked_options(options)
         if llm is None and needs_llm:
             raise ValueError(needs_llm_message(self.name))
-        self.llm, self.seed = llm, seed
-        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
+        self._set_llm(llm, llm_sampling, seed)
         self.counters: dict[str, int] = dict.fromkeys(self.counter_names, 0)
         self.corpus: list[dict[str, Any]] = (
             load_corpus(self.options.corpus) if self.options.corpus and not self.options.cold_start else []
