@@ -49,20 +49,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
-from metamod.memory.cheatsheet.corpus import corpus_embedder
+from metamod.memory.base import Guidance, GuidanceRequest, MemoryOptions
 from metamod.memory.curation import (
     MAX_TEXT_CHARS,
+    CuratedMemory,
     chat_texts,
     lines,
-    load_corpus,
-    needs_llm_message,
     outcome_text,
     parse_entries,
     select_corpus,
-    solution_record,
 )
-from metamod.memory.embed import Embedder, check_embedder
+from metamod.memory.embed import Embedder
+from metamod.memory.items import ItemVectors, check_embedder_options, check_positive, evict_lowest
 from metamod.prompts import render
 
 logger = logging.getLogger(__name__)
@@ -126,9 +124,7 @@ class ACEOptions(MemoryOptions):
 
     def __post_init__(self) -> None:
         for name in ("max_new", "top_k", "max_entries", "reflector_max_tokens", "curator_max_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_positive(name, getattr(self, name))
         if not 0.0 < self.dedup_threshold <= 1.0:
             raise ValueError(f"dedup_threshold must be in (0, 1] (1: only identical texts), got {self.dedup_threshold}")
         if (
@@ -137,10 +133,7 @@ class ACEOptions(MemoryOptions):
             or self.prune_threshold < 0
         ):
             raise ValueError(f"prune_threshold must be an integer >= 0, got {self.prune_threshold!r}")
-        if self.embedder is not None:
-            check_embedder(self.embedder, self.embedder_model)
-        elif self.embedder_model:
-            raise ValueError(f"embedder_model={self.embedder_model!r} is set without embedder; name the embedder too")
+        check_embedder_options(self.embedder, self.embedder_model)
 
 
 @dataclass
@@ -217,7 +210,7 @@ def parse_operations(text: str) -> list[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------------------------------------- the memory
-class ACEMemory(BaseMemory):
+class ACEMemory(CuratedMemory):
     """ACE with a reflector and a curator over itemised bullets; see the module docstring.
 
     Args:
@@ -233,14 +226,8 @@ class ACEMemory(BaseMemory):
 
     name = "ace"
     options_class: ClassVar[type] = ACEOptions
-    uses_llm: ClassVar[bool] = True
-
-    @classmethod
-    def gold_use(cls, options: Any) -> str | None:
-        """``use_correctness`` shows the reflector whether each solution was graded correct."""
-        if options is not None and options.use_correctness:
-            return "tells the reflector whether each solution was graded correct (use_correctness)"
-        return None
+    gold_reader: ClassVar[str] = "reflector"
+    counter_names: ClassVar[tuple[str, ...]] = _COUNTERS
 
     @classmethod
     def wants_llm(cls, options: ACEOptions | None) -> bool:
@@ -256,26 +243,13 @@ class ACEMemory(BaseMemory):
         seed: int = 0,
         embedder: Embedder | None = None,
     ) -> None:
-        super().__init__()
-        from metamod.llm.base import SamplingConfig
-
-        self.options = options if options is not None else ACEOptions()
-        if not isinstance(self.options, ACEOptions):
-            raise TypeError(f"memory 'ace' takes ACEOptions, got {type(self.options).__name__}")
-        if llm is None:
-            raise ValueError(needs_llm_message(self.name))
-        self.llm, self.seed = llm, seed
-        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
-        corpus = load_corpus(self.options.corpus) if self.options.corpus and not self.options.cold_start else []
-        self.embedder: Embedder = corpus_embedder(self.options, embedder)
+        super().__init__(options, llm=llm, llm_sampling=llm_sampling, seed=seed, embedder=embedder, needs_llm=True)
         self.bullets: list[Bullet] = [
             Bullet(id=r["id"], section=r["name"], text=r["description"], question=r["question"], source="corpus")
-            for r in select_corpus(corpus, self.options.max_entries)
+            for r in select_corpus(self.corpus, self.options.max_entries)
         ]
-        self.corpus_rows = len(corpus)
         self.next_uid = 1
-        self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
-        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._vectors = ItemVectors(self.embedder)
         self._reindex()
 
     # ------------------------------------------------------------------ protocol
@@ -285,9 +259,6 @@ class ACEMemory(BaseMemory):
         if not chosen:
             return Guidance()
         return Guidance(text=lines([(b.section, b.text) for b in chosen]), item_ids=tuple(b.id for b in chosen))
-
-    def record(self, observation: Observation) -> dict[str, Any]:
-        return solution_record(observation)
 
     def consolidate(self, records: list[dict[str, Any]]) -> None:
         """Reflect (one batched call), update counters, curate (one batched call), dedup/add, prune, cap."""
@@ -303,9 +274,6 @@ class ACEMemory(BaseMemory):
         )
 
     # ------------------------------------------------------------------ state
-    def config_dict(self) -> dict[str, Any]:
-        return {**asdict(self.options), "embedder": self.embedder.spec(), "corpus_rows": self.corpus_rows}
-
     def stats(self) -> dict[str, int]:
         """Counters (calls, tags, bullets added/deduplicated/pruned/evicted) and the playbook size."""
         return {**self.counters, "bullets": len(self.bullets)}
@@ -321,7 +289,7 @@ class ACEMemory(BaseMemory):
         try:
             bullets = [Bullet(**b) for b in state.get("bullets", [])]
             next_uid = int(state.get("next_uid", 1))
-            counters = {**self.counters, **{str(k): int(v) for k, v in (state.get("counters") or {}).items()}}
+            counters = self.saved_counters(state)
         except (TypeError, ValueError) as err:
             raise ValueError(f"ace memory state is malformed: {err}") from err
         ids = [b.id for b in bullets]
@@ -397,7 +365,7 @@ class ACEMemory(BaseMemory):
         for section, text in ops:
             vec = self.embedder.embed([text])[0]
             if self.bullets:
-                sims = np.round(self._matrix()[0] @ vec, 6)
+                sims = np.round(self._vectors.matrices(self._items())[0] @ vec, 6)
                 best = int(np.argmax(sims))
                 if sims[best] >= self.options.dedup_threshold:
                     self.bullets[best].helpful += 1
@@ -420,38 +388,21 @@ class ACEMemory(BaseMemory):
         self.counters["bullets_pruned"] += len(self.bullets) - len(keep)
         self.bullets = keep
         excess = len(self.bullets) - self.options.max_entries
-        if excess > 0:
-            order = sorted(range(len(self.bullets)), key=lambda i: (self.bullets[i].score, i))
-            dropped = set(order[:excess])
-            self.bullets = [b for i, b in enumerate(self.bullets) if i not in dropped]
-            self.counters["bullets_evicted"] += excess
+        self.bullets = evict_lowest(self.bullets, excess, lambda i: (self.bullets[i].score, i))
+        self.counters["bullets_evicted"] += max(excess, 0)
 
     # ------------------------------------------------------------------ retrieval
     def _reindex(self) -> None:
         """Embed new bullets (text, and source question as a key); never saved: the embedder is deterministic."""
-        todo = [b for b in self.bullets if self._key(b) not in self._cache]
-        if todo:
-            texts = self.embedder.embed([b.text for b in todo])
-            keys = self.embedder.embed([b.question for b in todo])
-            keys[[i for i, b in enumerate(todo) if not b.question.strip()]] = 0.0
-            self._cache.update({self._key(b): (texts[i], keys[i]) for i, b in enumerate(todo)})
-        live = {self._key(b) for b in self.bullets}
-        self._cache = {k: v for k, v in self._cache.items() if k in live}
+        self._vectors.update(self._items())
 
-    @staticmethod
-    def _key(bullet: Bullet) -> str:
-        return f"{bullet.id}\0{bullet.text}\0{bullet.question}"
-
-    def _matrix(self) -> tuple[np.ndarray, np.ndarray]:
-        rows = [self._cache[self._key(b)] for b in self.bullets]
-        return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
+    def _items(self) -> list[tuple[str, str, str]]:
+        return [(b.id, b.text, b.question) for b in self.bullets]
 
     def _related(self, query: str) -> list[Bullet]:
         """The ``top_k`` bullets most similar to ``query``; ties by helpful - harmful, then the older bullet."""
         if not self.bullets:
             return []
-        texts, keys = self._matrix()
-        q = self.embedder.embed([query])[0]
-        scores = np.round(np.maximum(texts @ q, keys @ q).astype(np.float64), 6)
+        scores = np.round(self._vectors.scores(self._items(), query).astype(np.float64), 6)
         order = sorted(range(len(self.bullets)), key=lambda i: (-scores[i], -self.bullets[i].score, i))
         return [self.bullets[i] for i in order[: self.options.top_k]]

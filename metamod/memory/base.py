@@ -390,6 +390,20 @@ class BaseMemory(ABC):
         #: caller's bookkeeping saved with the state (the eval harness records the batches observed here)
         self.extra: dict[str, Any] = {}
 
+    def _checked_options(self, options: Any) -> Any:
+        """``options``, or the defaults of ``options_class`` for None; options of another class raise TypeError."""
+        options = options if options is not None else self.options_class()
+        if not isinstance(options, self.options_class):
+            raise TypeError(f"memory {self.name!r} takes {self.options_class.__name__}, got {type(options).__name__}")
+        return options
+
+    def _set_llm(self, llm: Any, llm_sampling: Any, seed: int) -> None:
+        """Keep the memory LLM and its decoding (None: greedy with ``seed``, 256 tokens) and the memory's seed."""
+        from metamod.llm.base import SamplingConfig
+
+        self.llm, self.seed = llm, seed
+        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
+
     @classmethod
     def gold_use(cls, options: Any) -> str | None:
         """What gold-derived signal these options make the memory read after answering (``None``: none).

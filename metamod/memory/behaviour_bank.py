@@ -42,6 +42,7 @@ import numpy as np
 from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
 from metamod.memory.distill import LLMDistiller, RuleDistiller, trace_facts
 from metamod.memory.embed import Embedder, check_embedder, embedder_from, top_k_scores
+from metamod.memory.items import evict_lowest
 
 logger = logging.getLogger(__name__)
 
@@ -338,10 +339,8 @@ class BehaviourBank(BaseMemory):
         excess = len(self.entries) - self.options.max_entries
         if excess <= 0:
             return
-        if self.options.eviction == "fifo":
-            order = sorted(self.entries, key=lambda e: e.uid)
-        else:
-            order = sorted(self.entries, key=lambda e: (e.uses, e.support, e.uid))
-        dropped = {e.uid for e in order[:excess]}
-        self.entries = [e for e in self.entries if e.uid not in dropped]
+        entries, fifo = self.entries, self.options.eviction == "fifo"
+        self.entries = evict_lowest(
+            entries, excess, lambda i: entries[i].uid if fifo else (entries[i].uses, entries[i].support, entries[i].uid)
+        )
         logger.debug("behaviour bank evicted %d entr(y/ies) by %s", excess, self.options.eviction)

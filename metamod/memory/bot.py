@@ -53,6 +53,7 @@ from metamod.llm.base import chat_checked
 from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
 from metamod.memory.distill import normalise_answer, scrub_answers
 from metamod.memory.embed import EMBEDDERS, Embedder, build_embedder, top_k_scores
+from metamod.memory.items import check_positive, evict_lowest
 from metamod.prompts import render
 from metamod.tasks.base import Example
 
@@ -134,8 +135,7 @@ class BoTOptions(MemoryOptions):
             raise ValueError(f"retrieval_threshold must be a cosine in [-1, 1], got {self.retrieval_threshold}")
         if not -1.0 < self.novelty_threshold <= 1.0:
             raise ValueError(f"novelty_threshold must be a cosine in (-1, 1], got {self.novelty_threshold}")
-        if isinstance(self.max_templates, bool) or not isinstance(self.max_templates, int) or self.max_templates < 1:
-            raise ValueError(f"max_templates must be an integer >= 1, got {self.max_templates!r}")
+        check_positive("max_templates", self.max_templates)
         if self.embedder not in EMBEDDERS and ":" not in self.embedder and "." not in self.embedder:
             raise ValueError(f"embedder must be one of {sorted(EMBEDDERS)} or a dotted path, got {self.embedder!r}")
 
@@ -364,15 +364,10 @@ class BufferOfThought(BaseMemory):
         self, options: BoTOptions | None = None, *, llm: Any = None, llm_sampling: Any = None, seed: int = 0
     ) -> None:
         super().__init__()
-        from metamod.llm.base import SamplingConfig
-
-        self.options = options if options is not None else BoTOptions()
-        if not isinstance(self.options, BoTOptions):
-            raise TypeError(f"memory 'bot' takes BoTOptions, got {type(self.options).__name__}")
+        self.options = self._checked_options(options)
         if self.options.writer == "llm" and llm is None:
             raise ValueError(_NEEDS_LLM)
-        self.llm, self.seed = llm, seed
-        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
+        self._set_llm(llm, llm_sampling, seed)
         extra = {"model_path": self.options.embedder_model} if self.options.embedder == "sentence-transformers" else {}
         self.embedder: Embedder = build_embedder(self.options.embedder, **extra)
         self.generic = generic_template()
@@ -550,7 +545,5 @@ class BufferOfThought(BaseMemory):
 
     def _evict(self) -> None:
         excess = len(self.templates) - self.options.max_templates
-        if excess > 0:
-            dropped = set(sorted(range(len(self.templates)), key=lambda i: (self.templates[i].uses, i))[:excess])
-            self.templates = [t for i, t in enumerate(self.templates) if i not in dropped]
-            self.counters["templates_evicted"] += excess
+        self.templates = evict_lowest(self.templates, excess, lambda i: (self.templates[i].uses, i))
+        self.counters["templates_evicted"] += max(excess, 0)

@@ -3,7 +3,8 @@
 ``memory: dc`` (:mod:`metamod.memory.dc`) and ``memory: ace`` (:mod:`metamod.memory.ace`) both read curator replies
 as ``name: description`` lines (:func:`parse_entries`, which rejects labels a small model echoes), warm-start from
 a mined corpus (:func:`load_corpus`, :func:`select_corpus`), keep a gold-free record of each solved question
-(:func:`solution_record`) and call the memory LLM greedily in one batch (:func:`chat_texts`).
+(:func:`solution_record`) and call the memory LLM greedily in one batch (:func:`chat_texts`); both are a
+:class:`CuratedMemory` (options, memory LLM, corpus, embedder, counters, record and config in one place).
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from metamod.llm.base import chat_checked
-from metamod.memory.base import Observation
+from metamod.memory.base import BaseMemory, Observation
 from metamod.memory.bot import trajectory
-from metamod.memory.cheatsheet.corpus import read_behaviours
+from metamod.memory.cheatsheet.corpus import corpus_embedder, read_behaviours
 from metamod.memory.embed import Embedder, l2_normalise
 from metamod.prompts import render
 
@@ -191,11 +192,54 @@ def chat_texts(llm: Any, sampling: Any, prompts: list[str], max_tokens: int) -> 
     return [str(g.text or "") for g in generations]
 
 
-def best_scores(query: np.ndarray, text_vecs: np.ndarray, key_vecs: np.ndarray) -> np.ndarray:
-    """Per item ``max(cos(query, text), cos(query, key))`` (a zero key row scores 0)."""
-    return np.maximum(text_vecs @ query, key_vecs @ query)
-
-
 def lines(items: Sequence[tuple[str, str]]) -> str:
     """Guidance body: one ``- name: description`` line per item."""
     return "\n".join(f"- {name}: {text}" for name, text in items)
+
+
+# ---------------------------------------------------------------------------------------------- the memory frame
+class CuratedMemory(BaseMemory):
+    """The frame ACE and DC share: options of ``options_class``, the memory LLM and its greedy sampling, the warm-start
+    corpus (``corpus`` unless ``cold_start``), the retrieval embedder, the ``counter_names`` counters and the
+    gold-free record of each solved question.
+
+    Raises:
+        TypeError: options of another class.
+        ValueError: no ``llm`` while ``needs_llm`` (the message names memory_model).
+    """
+
+    uses_llm: ClassVar[bool] = True
+    #: The LLM role shown whether each solution was correct under ``use_correctness`` (named by :meth:`gold_use`).
+    gold_reader: ClassVar[str] = "curator"
+    counter_names: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def gold_use(cls, options: Any) -> str | None:
+        """``use_correctness`` shows the ``gold_reader`` whether each solution was graded correct."""
+        if options is not None and options.use_correctness:
+            return f"tells the {cls.gold_reader} whether each solution was graded correct (use_correctness)"
+        return None
+
+    def __init__(
+        self, options: Any, *, llm: Any, llm_sampling: Any, seed: int, embedder: Embedder | None, needs_llm: bool
+    ) -> None:
+        super().__init__()
+        self.options = self._checked_options(options)
+        if llm is None and needs_llm:
+            raise ValueError(needs_llm_message(self.name))
+        self._set_llm(llm, llm_sampling, seed)
+        self.counters: dict[str, int] = dict.fromkeys(self.counter_names, 0)
+        self.corpus: list[dict[str, Any]] = (
+            load_corpus(self.options.corpus) if self.options.corpus and not self.options.cold_start else []
+        )
+        self.embedder: Embedder = corpus_embedder(self.options, embedder)
+
+    def record(self, observation: Observation) -> dict[str, Any]:
+        return solution_record(observation)
+
+    def config_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.options), "embedder": self.embedder.spec(), "corpus_rows": len(self.corpus)}
+
+    def saved_counters(self, state: Mapping[str, Any]) -> dict[str, int]:
+        """The counters with a saved state's ``counters`` laid over them (a malformed count raises ValueError)."""
+        return {**self.counters, **{str(k): int(v) for k, v in (state.get("counters") or {}).items()}}

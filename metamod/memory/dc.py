@@ -58,21 +58,25 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from metamod.memory.base import BaseMemory, Guidance, GuidanceRequest, MemoryOptions, Observation
-from metamod.memory.cheatsheet.corpus import corpus_embedder
+from metamod.memory.base import Guidance, GuidanceRequest, MemoryOptions
 from metamod.memory.curation import (
-    best_scores,
+    CuratedMemory,
     chat_texts,
     corpus_embeddings,
     lines,
-    load_corpus,
-    needs_llm_message,
     outcome_text,
     parse_entries,
     select_corpus,
-    solution_record,
 )
-from metamod.memory.embed import Embedder, check_embedder, top_k_scores
+from metamod.memory.embed import Embedder, top_k_scores
+from metamod.memory.items import (
+    ItemVectors,
+    best_scores,
+    check_embedder_options,
+    check_positive,
+    embed_keys,
+    evict_lowest,
+)
 from metamod.prompts import render
 from metamod.tasks.base import Example
 
@@ -163,7 +167,7 @@ class DCOptions(MemoryOptions):
         if self.curation not in CURATIONS:
             raise ValueError(f"curation must be one of {CURATIONS}, got {self.curation!r}")
         for name in ("max_new", "max_entries", "max_chars", "curator_max_tokens", "synthesis_max_tokens"):
-            _check_positive(name, getattr(self, name))
+            check_positive(name, getattr(self, name))
         if not self.online and self.curator == "retrieval_synthesis":
             raise ValueError(
                 "online: false is static DC-Cu; static DC-RS (retrieval without synthesis) is the metacognitive_reuse "
@@ -175,16 +179,8 @@ class DCOptions(MemoryOptions):
             if self.curator == "retrieval_synthesis":
                 raise ValueError("top_k: null (the whole cheatsheet) is for curator: cumulative; DC-RS needs a number")
         else:
-            _check_positive("top_k", self.top_k)
-        if self.embedder is not None:
-            check_embedder(self.embedder, self.embedder_model)
-        elif self.embedder_model:
-            raise ValueError(f"embedder_model={self.embedder_model!r} is set without embedder; name the embedder too")
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_positive("top_k", self.top_k)
+        check_embedder_options(self.embedder, self.embedder_model)
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -216,7 +212,7 @@ class PastPair:
     batch: int = 0
 
 
-class DynamicCheatsheet(BaseMemory):
+class DynamicCheatsheet(CuratedMemory):
     """Dynamic Cheatsheet (DC-Cu / DC-RS); see the module docstring.
 
     Args:
@@ -232,14 +228,7 @@ class DynamicCheatsheet(BaseMemory):
 
     name = "dc"
     options_class: ClassVar[type] = DCOptions
-    uses_llm: ClassVar[bool] = True
-
-    @classmethod
-    def gold_use(cls, options: Any) -> str | None:
-        """``use_correctness`` shows the curator whether each solution was graded correct."""
-        if options is not None and options.use_correctness:
-            return "tells the curator whether each solution was graded correct (use_correctness)"
-        return None
+    counter_names: ClassVar[tuple[str, ...]] = _COUNTERS
 
     @classmethod
     def wants_llm(cls, options: DCOptions | None) -> bool:
@@ -255,28 +244,15 @@ class DynamicCheatsheet(BaseMemory):
         seed: int = 0,
         embedder: Embedder | None = None,
     ) -> None:
-        super().__init__()
-        from metamod.llm.base import SamplingConfig
-
-        self.options = options if options is not None else DCOptions()
-        if not isinstance(self.options, DCOptions):
-            raise TypeError(f"memory 'dc' takes DCOptions, got {type(self.options).__name__}")
-        if llm is None and self.options.online:
-            raise ValueError(needs_llm_message(self.name))
-        self.llm, self.seed = llm, seed
-        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
+        online = options is None or options.online
+        super().__init__(options, llm=llm, llm_sampling=llm_sampling, seed=seed, embedder=embedder, needs_llm=online)
         self.cumulative = self.options.curator == "cumulative"
         self.entries: list[CheatsheetEntry] = []
         self.pairs: list[PastPair] = []
         self.next_uid = 1
         self.synth: dict[str, dict[str, Any]] = {}  # example id -> this batch's DC-RS synthesis
-        self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
-        self.corpus: list[dict[str, Any]] = (
-            load_corpus(self.options.corpus) if self.options.corpus and not self.options.cold_start else []
-        )
-        self.embedder: Embedder = corpus_embedder(self.options, embedder)
         self._corpus_vecs: tuple[np.ndarray, np.ndarray] | None = None
-        self._vecs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._vectors = ItemVectors(self.embedder)
         if self.cumulative:
             self.entries = [
                 CheatsheetEntry(
@@ -288,7 +264,7 @@ class DynamicCheatsheet(BaseMemory):
             saved = corpus_embeddings(self.options.corpus, self.embedder, len(self.corpus))
             self._corpus_vecs = saved or (
                 self.embedder.embed([f"{r['name']}: {r['description']}" for r in self.corpus]),
-                self._embed_keys([r["question"] for r in self.corpus]),
+                embed_keys(self.embedder, [r["question"] for r in self.corpus]),
             )
         self._reindex()
 
@@ -355,9 +331,6 @@ class DynamicCheatsheet(BaseMemory):
             return Guidance()
         return Guidance(text=lines([(e.name, e.description) for e in chosen]), item_ids=tuple(e.id for e in chosen))
 
-    def record(self, observation: Observation) -> dict[str, Any]:
-        return solution_record(observation)
-
     def consolidate(self, records: list[dict[str, Any]]) -> None:
         """DC-Cu: count uses, then curate every record (sequentially or batched); DC-RS: store the pairs.
         Static DC-Cu (``online: false``) changes nothing."""
@@ -399,9 +372,6 @@ class DynamicCheatsheet(BaseMemory):
         )
 
     # ------------------------------------------------------------------ state
-    def config_dict(self) -> dict[str, Any]:
-        return {**asdict(self.options), "embedder": self.embedder.spec(), "corpus_rows": len(self.corpus)}
-
     def stats(self) -> dict[str, int]:
         """Counters (calls, entries added/revised/evicted, rejected edits, fallbacks) and the store sizes."""
         return {**self.counters, "entries": len(self.entries), "pairs": len(self.pairs)}
@@ -421,7 +391,7 @@ class DynamicCheatsheet(BaseMemory):
             pairs = [PastPair(**p) for p in state.get("pairs", [])]
             next_uid = int(state.get("next_uid", 1))
             synth = {str(k): dict(v) for k, v in (state.get("synth") or {}).items()}
-            counters = {**self.counters, **{str(k): int(v) for k, v in (state.get("counters") or {}).items()}}
+            counters = self.saved_counters(state)
         except (TypeError, ValueError) as err:
             raise ValueError(f"dc memory state is malformed: {err}") from err
         made = [int(i.id[1:]) for i in [*entries, *pairs] if re.fullmatch(r"[CP]\d+", i.id)]
@@ -431,42 +401,22 @@ class DynamicCheatsheet(BaseMemory):
         self._reindex()
 
     # ------------------------------------------------------------------ internals
-    def _embed_keys(self, questions: list[str]) -> np.ndarray:
-        """Embeddings of source questions; an empty question gets a zero row (it never matches)."""
-        vecs = self.embedder.embed([q or "" for q in questions])
-        vecs[[i for i, q in enumerate(questions) if not q.strip()]] = 0.0
-        return vecs
-
     def _reindex(self) -> None:
         """Embed entries that are new or changed (never saved: the embedder is deterministic)."""
-        keep: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        todo = []
-        for e in self.entries:
-            key = f"{e.id}\0{e.name}: {e.description}\0{e.question}"
-            if key in self._vecs:
-                keep[key] = self._vecs[key]
-            else:
-                todo.append((key, e))
-        if todo:
-            texts = self.embedder.embed([f"{e.name}: {e.description}" for _, e in todo])
-            keys = self._embed_keys([e.question for _, e in todo])
-            keep.update({k: (texts[i], keys[i]) for i, (k, _) in enumerate(todo)})
-        self._vecs = keep
+        self._vectors.update(self._items())
         if self.pairs:
             self._pair_vecs = self.embedder.embed([p.question for p in self.pairs])
         else:
             self._pair_vecs = None
 
-    def _entry_vecs(self) -> tuple[np.ndarray, np.ndarray]:
-        pairs = [self._vecs[f"{e.id}\0{e.name}: {e.description}\0{e.question}"] for e in self.entries]
-        return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    def _items(self) -> list[tuple[str, str, str]]:
+        return [(e.id, f"{e.name}: {e.description}", e.question) for e in self.entries]
 
     def _relevant(self, question: str, top_k: int | None) -> list[CheatsheetEntry]:
         """Entries most similar to ``question``: ``top_k`` of them, or (None) as many as fit in ``max_chars``."""
         if not self.entries:
             return []
-        texts, keys = self._entry_vecs()
-        scores = best_scores(self.embedder.embed([question])[0], texts, keys)
+        scores = self._vectors.scores(self._items(), question)
         order = [self.entries[i] for i, _ in top_k_scores(scores, top_k or len(self.entries))]
         if top_k is not None:
             return order
@@ -539,15 +489,11 @@ class DynamicCheatsheet(BaseMemory):
             by_name[name] = entry
             added += 1
             self.counters["entries_added"] += 1
-        excess = len(self.entries) - self.options.max_entries
-        if excess > 0:
-            entries = self.entries
-            order = sorted(
-                range(len(entries)), key=lambda i: (entries[i].last_batch, entries[i].created_batch, entries[i].uses, i)
-            )
-            dropped = set(order[:excess])
-            self.entries = [e for i, e in enumerate(self.entries) if i not in dropped]
-            self.counters["entries_evicted"] += excess
+        entries, excess = self.entries, len(self.entries) - self.options.max_entries
+        self.entries = evict_lowest(
+            entries, excess, lambda i: (entries[i].last_batch, entries[i].created_batch, entries[i].uses, i)
+        )
+        self.counters["entries_evicted"] += max(excess, 0)
 
 
 def _within_budget(entries: list[CheatsheetEntry], max_chars: int) -> list[CheatsheetEntry]:

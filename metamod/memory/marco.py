@@ -196,17 +196,12 @@ class MarcoMemory(BaseMemory):
         self, options: MarcoOptions | None = None, *, llm: Any = None, llm_sampling: Any = None, seed: int = 0
     ) -> None:
         super().__init__()
-        from metamod.llm.base import SamplingConfig
-
-        self.options = options if options is not None else MarcoOptions()
-        if not isinstance(self.options, MarcoOptions):
-            raise TypeError(f"memory 'marco' takes MarcoOptions, got {type(self.options).__name__}")
+        self.options = self._checked_options(options)
         if self.wants_llm(self.options) and llm is None:
             raise ValueError(
                 "memory 'marco' with condenser 'llm' needs a memory LLM: set memory_model, or condenser: rule"
             )
-        self.llm, self.seed = llm, seed
-        self.llm_sampling = llm_sampling or SamplingConfig(temperature=0.0, max_tokens=256, seed=seed)
+        self._set_llm(llm, llm_sampling, seed)
         #: per scope key: condensed guidelines {"id", "text", "batch"}, raw takeaways not condensed yet {"id",
         #: "text", "problem", "agent"} and the problems observed since the last condensation
         self.scopes: dict[str, dict[str, Any]] = {}
