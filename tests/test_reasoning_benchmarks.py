@@ -317,11 +317,11 @@ def test_numina_require_gold_skips_unboxed_solutions(tmp_path):
 def test_numina_hub_converts_only_the_needed_columns(monkeypatch):
     calls = []
 
-    def fake_columns(path, config, split, columns):
+    def fake_hub(path, config, split, columns=None):
         calls.append((path, config, split, list(columns)))
         return {column: [row[column] for row in _NUMINA_ROWS[:1]] for column in columns}
 
-    monkeypatch.setattr(rb, "_load_hub_columns", fake_columns)
+    monkeypatch.setattr(rb, "load_hub_table", fake_hub)
     examples = list(load_task("numina_math", limit=20000).examples())
     assert calls == [("AI-MO/NuminaMath-CoT", None, "train", ["problem", "solution", "source"])]
     assert [ex.gold for ex in examples] == ["f(x) = \\frac{x^{2}}{\\{a\\}}"]

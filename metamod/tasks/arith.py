@@ -11,13 +11,12 @@ the train/test streams are disjoint by construction (a problem belongs to the sp
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from metamod.tasks.base import Example
+from metamod.tasks.base import SPLITS, Example, GeneratedTask, split_of
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +25,6 @@ LEVELS = (1, 2, 3, 4, 5)
 #: level 0: one-step direct arithmetic ("What is 6 * 7?"), the level a 135M model can partly solve
 DIRECT_LEVEL = 0
 VALID_LEVELS = (DIRECT_LEVEL, *LEVELS)
-SPLITS = ("train", "test")
 
 
 @dataclass(frozen=True)
@@ -318,11 +316,6 @@ def _render(rng: random.Random, start: int, steps: Sequence[Step]) -> str:
     return text[0].upper() + text[1:]
 
 
-def split_of(question: str) -> str:
-    """The split a question belongs to (a stable hash of its text), which keeps train and test disjoint."""
-    return SPLITS[hashlib.sha256(question.encode("utf-8")).digest()[0] % 2]
-
-
 # Level 0 phrasings, per operation: {a} and {b} are the operands.
 DIRECT_PHRASINGS: dict[str, tuple[str, ...]] = {
     "*": (
@@ -379,7 +372,7 @@ def _meta(level: int, start: int, steps: Sequence[Step], gold: int, lines: list[
     }
 
 
-class ArithTask:
+class ArithTask(GeneratedTask):
     """Seeded multi-step arithmetic word problems, generated on the fly.
 
     Args:
@@ -429,9 +422,6 @@ class ArithTask:
     def __repr__(self) -> str:
         return f"ArithTask(num_examples={self.num_examples}, seed={self.seed}, levels={list(self.levels)}, split={self.split!r})"
 
-    def __len__(self) -> int:
-        return self.num_examples if self.limit is None else min(self.num_examples, self.limit)
-
     def examples(self, limit: int | None = None, seed: int | None = None) -> Iterator[Example]:
         """Stream examples lazily.
 
@@ -442,9 +432,7 @@ class ArithTask:
         Returns:
             An iterator of :class:`~metamod.tasks.base.Example`.
         """
-        seed = self.seed if seed is None else seed
-        limit = limit if limit is not None else self.limit
-        total = self.num_examples if limit is None else min(limit, self.num_examples)
+        seed, total = self._draw_plan(limit, seed)
         prefix = f"arith-{seed}" if self.split == "train" else f"arith-test-{seed}"
         count, draw = 0, 0
         while count < total:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import string
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,3 +124,29 @@ class GoldFreeExample(Example):
 
     def without_gold(self) -> Example:
         return self
+
+
+#: The two splits a seeded generator (arith, synthetic_code) draws from.
+SPLITS = ("train", "test")
+
+
+def split_of(key: str) -> str:
+    """The split a generated item belongs to (a stable hash of its text), which keeps train and test disjoint."""
+    return SPLITS[hashlib.sha256(key.encode("utf-8")).digest()[0] % 2]
+
+
+class GeneratedTask:
+    """The length and limit/seed handling shared by the seeded generators (``num_examples``, ``seed``, ``limit``)."""
+
+    num_examples: int
+    seed: int
+    limit: int | None
+
+    def __len__(self) -> int:
+        return self.num_examples if self.limit is None else min(self.num_examples, self.limit)
+
+    def _draw_plan(self, limit: int | None, seed: int | None) -> tuple[int, int]:
+        """The seed and the number of examples to yield: the call's overrides, else the task's own."""
+        seed = self.seed if seed is None else seed
+        limit = limit if limit is not None else self.limit
+        return seed, self.num_examples if limit is None else min(limit, self.num_examples)

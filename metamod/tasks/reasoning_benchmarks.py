@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -78,22 +78,6 @@ def aime_gold(value: Any) -> str | None:
         return None
     text = _DEGREES_RE.sub("", latex_gold(text) or "")
     return str(int(text)) if text.isdigit() else None
-
-
-def _load_hub_columns(path: str, config: str | None, split: str, columns: Sequence[str]) -> Table:
-    """Like :func:`~metamod.tasks.sources.load_hub_table`, but converts only ``columns`` (big corpora stay cheap)."""
-    from datasets import load_dataset
-
-    logger.info("Loading %s (config=%s, split=%s, columns=%s) from the Hugging Face hub", path, config, split, columns)
-    try:
-        dataset = load_dataset(path, config, split=split)
-    except Exception as err:  # datasets raises many error types for offline / missing / bad split
-        raise RuntimeError(
-            f"Could not load dataset {path!r} (config={config!r}, split={split!r}): {err}. Without hub access, "
-            f"pass data_files=<local .jsonl/.json/.parquet/.csv> instead."
-        ) from err
-    keep = [column for column in columns if column in dataset.column_names]
-    return {column: list(dataset[column]) for column in keep} if keep else dict.fromkeys(dataset.column_names, [])
 
 
 def hub_file(repo_id: str, filename: str) -> Path:
@@ -378,7 +362,7 @@ class NuminaMathTask(_MiningTask):
         if self.data_files is not None or "+" in self.split:
             return super()._read_source()
         wanted = [self.question_column, self.answer_column, "source"] + ([self.id_column] if self.id_column else [])
-        return _load_hub_columns(self.hub_path, self.subset, self.split, wanted)
+        return load_hub_table(self.hub_path, self.subset, self.split, columns=wanted)
 
     def _build(self, index: int) -> Example | None:
         example = super()._build(index)

@@ -123,20 +123,26 @@ def read_table(path: str | Path) -> Table:
     raise InputError(f"{path}: unsupported file type {suffix!r}; use one of {', '.join(FILE_FORMATS)}")
 
 
-def load_hub_table(path: str, config: str | None, split: str) -> Table:
+def load_hub_table(path: str, config: str | None, split: str, columns: Sequence[str] | None = None) -> Table:
     """Load one split of a Hugging Face dataset (needs network or a warm cache) into columns.
 
     Args:
         path: the dataset id, e.g. ``"openai/gsm8k"``.
         config: the dataset config name (``None`` for the default).
         split: the split name, e.g. ``"test"``.
+        columns: convert only these columns (big corpora stay cheap); ``None`` converts all.
 
     Returns:
         ``{column: [value per row]}``.
     """
     from datasets import load_dataset
 
-    logger.info("Loading %s (config=%s, split=%s) from the Hugging Face hub", path, config, split)
+    if columns is None:
+        logger.info("Loading %s (config=%s, split=%s) from the Hugging Face hub", path, config, split)
+    else:
+        logger.info(
+            "Loading %s (config=%s, split=%s, columns=%s) from the Hugging Face hub", path, config, split, columns
+        )
     try:
         dataset = load_dataset(path, config, split=split)
     except Exception as err:  # datasets raises many error types for offline / missing / bad split
@@ -144,7 +150,10 @@ def load_hub_table(path: str, config: str | None, split: str) -> Table:
             f"Could not load dataset {path!r} (config={config!r}, split={split!r}): {err}. Without hub access, "
             f"pass data_files=<local .jsonl/.json/.parquet/.csv> instead."
         ) from err
-    return {column: list(dataset[column]) for column in dataset.column_names}
+    if columns is None:
+        return {column: list(dataset[column]) for column in dataset.column_names}
+    keep = [column for column in columns if column in dataset.column_names]
+    return {column: list(dataset[column]) for column in keep} if keep else dict.fromkeys(dataset.column_names, [])
 
 
 def require_columns(table: Table, columns: dict[str, str | None], source: str) -> None:

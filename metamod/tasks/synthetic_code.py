@@ -17,7 +17,6 @@ function belongs to the split picked by a hash of its source.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import random
@@ -25,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from metamod.tasks.base import Example
+from metamod.tasks.base import SPLITS, Example, GeneratedTask, split_of
 from metamod.tasks.code.extract import literal_repr
 from metamod.tasks.code.loaders import GRADE_PAIRS, code_example
 from metamod.tasks.code.problem import CodeProblem, abduction_gold, deduction_gold, induction_gold
@@ -33,7 +32,6 @@ from metamod.tasks.code.problem import CodeProblem, abduction_gold, deduction_go
 logger = logging.getLogger(__name__)
 
 LEVELS = (1, 2, 3, 4, 5)
-SPLITS = ("train", "test")
 SUBTASKS = ("deduction", "abduction", "induction")
 LANGUAGES = ("python", "robustfill", "deepcoder")
 #: How many extra inputs probe a function for constant output.
@@ -408,11 +406,6 @@ def _probe(function: PythonFunction, rng: random.Random, level: int, value: Any)
     return output
 
 
-def split_of(key: str) -> str:
-    """The split a function belongs to (a stable hash of its source), which keeps train and test disjoint."""
-    return SPLITS[hashlib.sha256(key.encode("utf-8")).digest()[0] % 2]
-
-
 # --------------------------------------------------------------------------------------------- problems
 
 
@@ -484,7 +477,7 @@ def dsl_problem(
     return _induction(examples, pairs, language, dsl.to_text(program), level, grade_pairs)
 
 
-class SyntheticCodeTask:
+class SyntheticCodeTask(GeneratedTask):
     """Seeded code-reasoning problems generated on the fly (no download).
 
     Args:
@@ -553,9 +546,6 @@ class SyntheticCodeTask:
             f"split={self.split!r}, language={self.language!r})"
         )
 
-    def __len__(self) -> int:
-        return self.num_examples if self.limit is None else min(self.num_examples, self.limit)
-
     def examples(self, limit: int | None = None, seed: int | None = None) -> Iterator[Example]:
         """Stream examples lazily.
 
@@ -566,9 +556,7 @@ class SyntheticCodeTask:
         Returns:
             An iterator of :class:`~metamod.tasks.base.Example`.
         """
-        seed = self.seed if seed is None else seed
-        limit = limit if limit is not None else self.limit
-        total = self.num_examples if limit is None else min(limit, self.num_examples)
+        seed, total = self._draw_plan(limit, seed)
         prefix = f"{self.name}-{self.subtask}-{self.split}-{seed}"
         if self.language != "python":
             prefix = f"{self.name}-{self.language}-{self.split}-{seed}"
