@@ -53,7 +53,7 @@ from metamod.rollout.traces import (
     shard_filename,
 )
 from metamod.tasks import TaskConfig
-from metamod.tasks.config import check_task_selection, task_config_for, task_file_signatures
+from metamod.tasks.config import check_task_selection, fingerprint_task_selection, task_config_for
 
 logger = logging.getLogger(__name__)
 
@@ -378,17 +378,10 @@ def rollout_settings(config: RolloutConfig) -> dict[str, Any]:
     signatures of local model folders (``model_signatures``). Local paths (task files, model folders) are made
     absolute, so a rerun naming the same file another way resumes."""
     settings = resume_settings(resolved_config(config), _RESUME_FREE_KEYS)
-    task_configs = config.task_configs()
-    del settings["task_options"], settings["limit"]
-    settings["task_configs"] = {
-        entry: dataclasses.asdict(tc) for entry, tc in zip(config.tasks, task_configs, strict=True)
-    }
+    fingerprint_task_selection(settings, dict(zip(config.tasks, config.task_configs(), strict=True)))
     signatures = _model_signatures(config)
     if signatures:
         settings["model_signatures"] = signatures
-    task_files = task_file_signatures(task_configs)
-    if task_files:  # an edited local task file is other settings: its traces hold the old questions and gold
-        settings["task_file_signatures"] = task_files
     return resolve_local_paths(settings)
 
 

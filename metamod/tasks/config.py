@@ -286,3 +286,20 @@ def task_file_signatures(task_configs: list[TaskConfig]) -> dict[str, str]:
             if signature is not None:
                 out[str(Path(path).expanduser().absolute())] = signature
     return out
+
+
+def fingerprint_task_selection(settings: dict[str, Any], task_configs: dict[str, TaskConfig]) -> None:
+    """Put a run's task selection into its fingerprinted ``settings``, in place: each entry's full
+    :class:`TaskConfig` (``task_configs``) in place of ``task_options`` and ``limit``, and ``task_file_signatures``
+    where the tasks read local files (an edited file makes other questions and golds).
+
+    >>> settings = {"task_options": {}, "limit": 2}
+    >>> fingerprint_task_selection(settings, {"arith": TaskConfig(task="arith", task_limit=2)})
+    >>> sorted(settings), settings["task_configs"]["arith"]["task_limit"]
+    (['task_configs'], 2)
+    """
+    del settings["task_options"], settings["limit"]
+    settings["task_configs"] = {entry: dataclasses.asdict(tc) for entry, tc in task_configs.items()}
+    task_files = task_file_signatures(list(task_configs.values()))
+    if task_files:
+        settings["task_file_signatures"] = task_files

@@ -50,7 +50,7 @@ from metamod.files import JsonlWriter, atomic_write_json, iter_jsonl, path_signa
 from metamod.llm.base import Generator, SamplingConfig
 from metamod.memory.cheatsheet import mining
 from metamod.tasks.base import Example
-from metamod.tasks.config import TaskConfig, check_task_selection, task_config_for, task_file_signatures
+from metamod.tasks.config import TaskConfig, check_task_selection, fingerprint_task_selection, task_config_for
 
 logger = logging.getLogger(__name__)
 
@@ -482,12 +482,7 @@ def mine_settings(config: MineConfig) -> dict[str, Any]:
     entry's full :class:`TaskConfig` in place of ``task_options`` and ``limit`` (as a rollout's), the signatures of
     local task files, the prompts, and the signature of a local model folder."""
     settings = resume_settings(config_to_dict(config), _RESUME_FREE_KEYS)
-    task_configs = config.task_configs()
-    del settings["task_options"], settings["limit"]
-    settings["task_configs"] = {entry: dataclasses.asdict(tc) for entry, tc in task_configs.items()}
-    task_files = task_file_signatures(list(task_configs.values()))
-    if task_files:  # an edited local task file makes other questions and golds
-        settings["task_file_signatures"] = task_files
+    fingerprint_task_selection(settings, config.task_configs())
     from metamod.prompts import get_template
 
     settings["templates"] = {name: get_template(f"behaviour_{name}") for name in STAGES}
