@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("metamod.train.grpo:main", "train the moderator with TRL GRPO + LoRA"),
     "export": ("metamod.train.export:main", "export an adapter (+ model card, merged weights) locally or to the Hub"),
     "eval": ("metamod.evaluate.harness:main", "evaluate decision layers and baselines on shared debate transcripts"),
+    "view": ("metamod.evaluate.view:main", "write one self-contained HTML page to read a run's debates -> view.html"),
     "demo": ("metamod.demo:main", "the whole pipeline on the embedded SmolLM2 model (CPU; --world simulated: fast)"),
     "model": ("metamod.llm.embedded:main", "prepare / locate the embedded SmolLM2-135M-Instruct model (once)"),
     "mine-behaviours": (
