@@ -125,6 +125,16 @@ def test_document_merges_rows_and_keeps_the_current_settings(eval_dir: Path):
     assert doc["max_rounds"] == 3
 
 
+def test_rows_stand_in_for_a_missing_traces_file(eval_dir: Path):
+    (eval_dir / "traces-seed1.jsonl").unlink()  # as after mode=live, which keeps no transcripts
+    logic = load_run(eval_dir)["questions"][-1]
+    assert logic["key"] == "logic|1|q0" and logic["disagree0"] is False
+    rounds = logic["debate"]["rounds"]
+    assert [[r["answer"] for r in rnd["responses"]] for rnd in rounds] == ANSWERS["q0"]
+    assert all("text" not in r for rnd in rounds for r in rnd["responses"])
+    assert [rnd["prompt_tokens"] for rnd in rounds] == [None, None, None]  # the hand-built rows carry no tokens
+
+
 def test_page_round_trips_the_data_and_escapes_script_ends(eval_dir: Path):
     path = write_view(eval_dir)
     assert path == eval_dir / "view.html"

@@ -2,7 +2,8 @@
 
 An **eval** folder (``samples.jsonl``, with ``results.json``, ``traces-seed<s>.jsonl`` and ``method-traces.jsonl``
 when present) gives one entry per ``(task, seed, question)`` with each method's outcome, decisions and, where the
-method ran its own loop (``mode=live``, MRO, MARCO), its own trace. A **rollout** folder (``traces.jsonl``) gives
+method ran its own loop (MRO, MARCO), its own trace from ``method-traces.jsonl``. Without a traces file (``mode=live``
+keeps no transcripts) a question's rounds come from its ``samples.jsonl`` row: answers, ``eta`` and tokens, no text. A **rollout** folder (``traces.jsonl``) gives
 one entry per debate and no methods. Rows that a resumed eval appended are merged per question (later rows win) and
 only rows written under the folder's ``settings_fingerprint`` count, as in the eval's own metrics.
 
@@ -61,8 +62,10 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         return _eval_document(folder)
     if (folder / ROLLOUT_TRACES_FILE).is_file():
         return _rollout_document(folder)
+    shards = " (it holds rollout shards: merge them first with `metamod merge-shards`)"
     raise InputError(
         f"{folder}: neither {SAMPLES_FILE} (an eval output folder) nor {ROLLOUT_TRACES_FILE} (a rollout output folder)"
+        + (shards if any(folder.glob("traces.shard-*.jsonl")) else "")
     )
 
 
@@ -159,9 +162,7 @@ def _outcome(record: dict[str, Any], own: Any) -> dict[str, Any]:
         for k in ("final_answer", "correct", "covered", "stop_round", "rounds", "tokens", "decisions", "texts")
     }
     out["memory_items"] = record.get("memory_items")
-    if _is_debate(own):
-        out["debate"] = slim_debate(own)  # a live method's own debate
-    elif own is not None:
+    if own is not None:
         out["loop"] = own  # an MRO / MARCO trace: shown as it is
     return out
 
@@ -232,6 +233,8 @@ def _question(
                 {
                     "round": r.get("round", i),
                     "eta": r.get("eta"),
+                    "prompt_tokens": r.get("prompt_tokens"),
+                    "completion_tokens": r.get("completion_tokens"),
                     "responses": [{"agent": k, "answer": a} for k, a in enumerate(r.get("answers") or [])],
                 }
                 for i, r in enumerate(rounds)

@@ -169,18 +169,14 @@
     var chosen = control("method").value;
     if (methods.length) detail.appendChild(outcomeTable(q, methods));
     if (q.debate) {
-      detail.appendChild(el("h3", { text: "Debate (shared by the debate methods)" }));
+      detail.appendChild(el("h3", { text: DATA.mode === "live" ? "Debate (the longest of the debate methods' own live debates)" : "Debate (shared by the debate methods)" }));
       var shown = chosen ? [chosen] : methods;
-      var pairs = shown.filter(function (m) { return q.methods[m] && !q.methods[m].debate; }).map(function (m) { return [m, q.methods[m]]; });
+      var pairs = shown.filter(function (m) { return q.methods[m]; }).map(function (m) { return [m, q.methods[m]]; });
       detail.appendChild(debateView(q.debate, pairs, chosen && q.methods[chosen] ? chosen : null));
     }
     methods.forEach(function (m) {
       var o = q.methods[m];
       if (chosen && m !== chosen) return;
-      if (o.debate) {
-        detail.appendChild(el("h3", { text: "Own debate of " + label(m) }));
-        detail.appendChild(debateView(o.debate, [[m, o]], m));
-      }
       if (o.loop) {
         detail.appendChild(el("h3", { text: "Own loop of " + label(m) }));
         detail.appendChild(tree(o.loop, "trace", true));
@@ -226,7 +222,8 @@
     var stopAt = chosen ? ((methodOutcomes.filter(function (p) { return p[0] === chosen; })[0] || [null, {}])[1].stop_round) : null;
     debate.rounds.forEach(function (rnd) {
       var after = stopAt !== null && stopAt !== undefined && rnd.round > stopAt;
-      var title = "Round " + rnd.round + "  ·  eta " + show(rnd.eta) + (after ? "  ·  after " + label(chosen) + " stopped" : "");
+      var toks = rnd.prompt_tokens === undefined || rnd.prompt_tokens === null ? "" : "  ·  tokens " + rnd.prompt_tokens + " prompt / " + rnd.completion_tokens + " completion";
+      var title = "Round " + rnd.round + "  ·  eta " + show(rnd.eta) + toks + (after ? "  ·  after " + label(chosen) + " stopped" : "");
       var section = el("div", { className: "round" + (after ? " after-stop" : ""), "data-round": String(rnd.round) }, [el("h4", { text: title })]);
       var agents = el("div", { className: "agents" });
       rnd.responses.forEach(function (r) {
@@ -235,6 +232,7 @@
           el("h5", { text: "Agent " + r.agent + "  ·  answer " + show(r.answer) + toks }),
         ]);
         if (r.text !== undefined) card.appendChild(el("pre", { text: r.text }));
+        else card.appendChild(el("p", { className: "muted", text: "(no text: this run kept no transcript file)" }));
         if (r.memory_items) card.appendChild(el("p", { text: "memory items: " + (r.memory_items.length ? r.memory_items.join(", ") : "none") }));
         agents.appendChild(card);
       });
