@@ -1,8 +1,9 @@
 """``metamod view``: the page's data from a hand-built eval folder, its escaping, bad folders, and a real browser.
 
-The browser test runs headless Debian Chromium (``/usr/bin/chromium``; CI installs it in ``.ci/run``) on the written
-file with filters in the URL fragment, and reads the DOM back after the page's script has applied them
-(``--dump-dom``); it skips where Chromium is absent.
+Two browser tests run headless Debian Chromium (``/usr/bin/chromium``; ``.ci/run`` installs it and
+``chromium-driver``): one drives it through Selenium and Debian's chromedriver (choose filters, click a row), the
+other opens links whose URL fragment holds the filters and reads the DOM back after the page's script applied them
+(``--dump-dom``). Each skips where Chromium, the driver or selenium is absent.
 """
 
 from __future__ import annotations
@@ -227,3 +228,59 @@ def test_browser_applies_filters_and_shows_a_debate(eval_dir: Path, tmp_path: Pa
     p_stops = re.findall(r'class="p-stop">([^<]*)<', detail)
     assert p_stops == ["-", f"{P_STOP[1]:.3f}"]  # round 0 recorded none; the moderator stopped at round 1
     assert re.findall(r'class="(stop|continue)">', detail) == ["continue", "stop"]
+
+
+CHROMEDRIVER = shutil.which("chromedriver") or (
+    "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None
+)
+
+
+@needs_chromium
+@pytest.mark.skipif(CHROMEDRIVER is None, reason="needs chromedriver (apt-get install chromium-driver)")
+def test_browser_filters_and_selects_by_clicking(eval_dir: Path, tmp_path: Path):
+    """Real user actions through Selenium and Debian's chromedriver: choose filters, click a row."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page = write_view(eval_dir)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]:  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # no driver download: Debian's
+    try:
+        driver.get(page.resolve().as_uri())
+
+        def shown() -> list[str]:
+            return [
+                r.get_attribute("data-key")
+                for r in driver.find_elements(By.CSS_SELECTOR, "tr.qrow")
+                if r.is_displayed()
+            ]
+
+        assert len(shown()) == 5
+        Select(driver.find_element(By.ID, "f-method")).select_by_value("moderator")
+        Select(driver.find_element(By.ID, "f-stop")).select_by_value("1")
+        expected = _arith_keys(lambda q: STOP_ROUND[q] == 1)
+        assert shown() == expected
+        assert driver.find_element(By.ID, "shown-count").text == str(len(expected))
+        Select(driver.find_element(By.ID, "f-correct")).select_by_value("wrong")
+        expected = _arith_keys(lambda q: STOP_ROUND[q] == 1 and ANSWERS[q][1][0] != "4")
+        assert shown() == expected
+        assert driver.current_url.endswith("#method=moderator&correct=wrong&stop=1")  # a shareable link
+
+        driver.find_element(By.CSS_SELECTOR, f"tr.qrow[data-key='{expected[0]}']").click()
+        detail = driver.find_element(By.ID, "detail")
+        assert detail.get_attribute("data-key") == expected[0]
+        assert driver.find_element(By.ID, "gold").text == "4"
+        agent0 = detail.find_element(By.CSS_SELECTOR, ".round[data-round='0'] .agent[data-agent='0'] pre").text
+        assert agent0.startswith(INJECTION)  # the injected markup is shown as text
+        assert driver.title != "PWNED" and not driver.find_elements(By.ID, "pwned")
+        assert "selected" in driver.find_element(By.CSS_SELECTOR, f"tr.qrow[data-key='{expected[0]}']").get_attribute(
+            "class"
+        )
+    finally:
+        driver.quit()
