@@ -147,6 +147,14 @@ def test_page_round_trips_the_data_and_escapes_script_ends(eval_dir: Path):
     assert INJECTION in json.dumps(embedded_data(page), ensure_ascii=False).replace("\\", "")
 
 
+def test_starting_over_deletes_the_page(eval_dir: Path):
+    from metamod.evaluate.cells import clear_outputs
+
+    write_view(eval_dir)
+    clear_outputs(eval_dir)  # what `metamod eval --overwrite true` does: no stale page of deleted debates stays
+    assert not (eval_dir / "view.html").exists() and not (eval_dir / "samples.jsonl").exists()
+
+
 def test_rollout_folder_has_no_methods(tmp_path: Path):
     traces = [_trace("q1", "arith"), _trace("q0", "arith")]
     (tmp_path / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces))

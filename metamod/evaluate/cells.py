@@ -43,6 +43,7 @@ SAMPLES_FILE = "samples.jsonl"
 METHOD_TRACES_FILE = "method-traces.jsonl"
 RESULTS_FILE = "results.json"
 TABLE_FILE = "table.md"
+VIEW_FILE = "view.html"  # `metamod view`'s page (metamod.evaluate.view)
 #: what an eval folder holds, in a settings-mismatch message
 WHAT = "eval rows and cached debates (from other debaters or debate settings)"
 
@@ -273,8 +274,8 @@ def missing_cells(
 #: (metamod.evaluate.memories: memory-seed<k>/ and memory-seed<k>-<method>/, and their per-task folders). The ONE
 #: list: ``has_outputs`` decides from it whether a folder holds a run, ``clear_outputs`` deletes it.
 REUSED_OUTPUTS = (SAMPLES_FILE, METHOD_TRACES_FILE, "traces-seed*.jsonl", "memory-seed*")
-#: what a run derives from the reused outputs (rewritten at the end of every run)
-DERIVED_OUTPUTS = (RESULTS_FILE, TABLE_FILE, "plots")
+#: what a run derives from the reused outputs (rewritten at the end of every run; the viewer page by `metamod view`)
+DERIVED_OUTPUTS = (RESULTS_FILE, TABLE_FILE, "plots", VIEW_FILE)
 
 
 def has_outputs(output_dir: Path) -> bool:

@@ -19,12 +19,11 @@ from pathlib import Path
 from metamod.errors import ConfigError
 from metamod.files import atomic_write_text
 
+from ..cells import VIEW_FILE
 from .data import load_run
 from .page import render_page
 
 logger = logging.getLogger(__name__)
-
-VIEW_FILE = "view.html"
 
 
 def write_view(run_dir: str | Path, output: str | Path | None = None) -> Path:
