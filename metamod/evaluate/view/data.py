@@ -107,15 +107,18 @@ def _is_debate(trace: Any) -> bool:
     return isinstance(trace, dict) and isinstance(trace.get("rounds"), list) and "loop" not in trace
 
 
-def _seed_traces(folder: Path) -> dict[tuple[int, str], dict[str, Any]]:
-    """``(seed, id) -> trace`` from every ``traces-seed<s>.jsonl`` (the last line per question wins)."""
-    out: dict[tuple[int, str], dict[str, Any]] = {}
+def _seed_traces(folder: Path) -> dict[tuple[int, str | None, str], dict[str, Any]]:
+    """``(seed, task, id)`` and ``(seed, None, id)`` -> trace, from every ``traces-seed<s>.jsonl`` (the last line per
+    question wins; the task keeps apart equal ids of two entries of one task, ``name@variant``)."""
+    out: dict[tuple[int, str | None, str], dict[str, Any]] = {}
     for path in sorted(folder.glob("traces-seed*.jsonl")):
         match = _SEED_TRACES.search(path.name)
         if match is None:
             continue
+        seed = int(match.group(1))
         for trace in read_jsonl(path):
-            out[(int(match.group(1)), str(trace.get("id")))] = trace
+            out[(seed, str(trace.get("task")), str(trace.get("id")))] = trace
+            out[(seed, None, str(trace.get("id")))] = trace
     return out
 
 
@@ -182,7 +185,7 @@ def _eval_document(folder: Path) -> dict[str, Any]:
         for method in row["methods"]:
             if method not in methods:
                 methods.append(method)
-        debate = debates.get((seed, qid))
+        debate = debates.get((seed, task, qid)) or debates.get((seed, None, qid))
         outcomes = {}
         for method, record in row["methods"].items():
             fingerprint, own = own_traces.get((task, seed, qid, method), (None, None))

@@ -257,7 +257,10 @@
     if (debate.stop_reason) box.appendChild(el("p", { className: "muted", text: "debate ended: " + debate.stop_reason }));
     return box;
   }
-  function tree(value, name, open) {
+  // a loop trace (MRO, MARCO) as nested details; its steps (history / iterations) and all within them open, the
+  // rest (settings, meta, roles) folded
+  var STEP_KEYS = { history: true, iterations: true };
+  function tree(value, name, open, inStep) {
     if (value === null || typeof value !== "object") {
       var text = show(value);
       if (typeof value === "string" && (value.indexOf("\n") >= 0 || value.length > 80)) return el("div", {}, [name + ":", el("pre", { text: value })]);
@@ -266,7 +269,8 @@
     var keys = Object.keys(value);
     var box = el("details", open ? { open: "" } : {}, [el("summary", { text: name + (Array.isArray(value) ? " [" + keys.length + "]" : "") })]);
     var inner = el("div", { style: "margin-left: 1rem" });
-    keys.forEach(function (k) { inner.appendChild(tree(value[k], k, false)); });
+    var childInStep = inStep === true || (STEP_KEYS[name] === true && Array.isArray(value));
+    keys.forEach(function (k) { inner.appendChild(tree(value[k], k, childInStep || STEP_KEYS[k] === true, childInStep)); });
     box.appendChild(inner);
     return box;
   }
