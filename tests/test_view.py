@@ -178,6 +178,13 @@ def test_cli_writes_the_page_and_bad_folders_fail_in_one_line(eval_dir: Path, tm
     (empty / "samples.jsonl").write_text("")
     with pytest.raises(InputError, match="no rows"):
         load_run(empty)
+    train_like = '{"step": 4, "completion": "STOP"}\n'  # a train folder's samples.jsonl
+    (empty / "samples.jsonl").write_text(train_like * 2)
+    capsys.readouterr()
+    assert cli_main(["view", str(empty)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "samples.jsonl:1: not an eval row" in err
+    assert not (empty / "view.html").exists()
 
 
 # --------------------------------------------------------------------------------------------- a real browser

@@ -170,9 +170,23 @@ def _outcome(record: dict[str, Any], own: Any) -> dict[str, Any]:
     return out
 
 
+def _check_eval_row(row: Any, where: str) -> None:
+    """Refuse a line that is not an eval row (a train folder also has a ``samples.jsonl``, of completions).
+
+    >>> _check_eval_row({"step": 4, "completion": "STOP"}, "run/samples.jsonl:1")
+    Traceback (most recent call last):
+    ...
+    metamod.errors.InputError: run/samples.jsonl:1: not an eval row (expected the keys id, task and methods, a mapping); is this an eval output folder?
+    """
+    if not (isinstance(row, dict) and "id" in row and "task" in row and isinstance(row.get("methods"), dict)):
+        raise InputError(
+            f"{where}: not an eval row (expected the keys id, task and methods, a mapping); is this an eval output folder?"
+        )
+
+
 def _eval_document(folder: Path) -> dict[str, Any]:
     results = load_json(folder / RESULTS_FILE, what="eval results") if (folder / RESULTS_FILE).is_file() else {}
-    rows = _merged_rows(read_jsonl(folder / SAMPLES_FILE), results.get("settings_fingerprint"))
+    rows = _merged_rows(read_jsonl(folder / SAMPLES_FILE, check=_check_eval_row), results.get("settings_fingerprint"))
     if not rows:
         raise InputError(f"{folder / SAMPLES_FILE}: no rows (the eval wrote no question yet)")
     debates = _seed_traces(folder)

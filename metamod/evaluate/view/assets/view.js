@@ -169,7 +169,7 @@
     var chosen = control("method").value;
     if (methods.length) detail.appendChild(outcomeTable(q, methods));
     if (q.debate) {
-      detail.appendChild(el("h3", { text: DATA.mode === "live" ? "Debate (the longest of the debate methods' own live debates)" : "Debate (shared by the debate methods)" }));
+      detail.appendChild(el("h3", { text: DATA.kind !== "eval" ? "Debate" : DATA.mode === "live" ? "Debate (the longest of the debate methods' own live debates)" : "Debate (shared by the debate methods)" }));
       var shown = chosen ? [chosen] : methods;
       var pairs = shown.filter(function (m) { return q.methods[m]; }).map(function (m) { return [m, q.methods[m]]; });
       detail.appendChild(debateView(q.debate, pairs, chosen && q.methods[chosen] ? chosen : null));
