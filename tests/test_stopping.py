@@ -222,3 +222,66 @@ def test_tiny_model_sweep_reproduces_the_threshold_row_at_one_half(tmp_path, tin
     # resumable: a rerun asks nothing again (the lines are complete and fingerprinted)
     assert cli(argv) == 0
     assert len(read_jsonl(out / "stop-curve.jsonl")) == 6
+
+
+# --------------------------------------------------------------------------------------------- MRO Controller
+
+
+def test_mro_controller_sweep_counts_what_the_record_cannot_show():
+    from metamod.evaluate.mro_stopping import controller_stop_details, controller_stopping, stop_sweep
+
+    def record(action, p, eta, answer_correct):
+        return {"eta": eta, "controller": {"action": action, "p_stop": p, "answer_correct": answer_correct}}
+
+    # q1: Restart (p .3, candidate wrong), then Patch (p .8, right); q2: forced at the budget after two Restarts
+    q1 = controller_stop_details([record(3, 0.3, 0, None), record(2, 0.8, 0, 1)])
+    q2 = controller_stop_details([record(3, 0.6, 1, None), record(3, None, 1, None)])
+    assert q1 == {"p_stop": [0.3, 0.8], "stop_correct": [0, 1]}
+    assert q2["stop_correct"] == [1, 1] and controller_stop_details([{"eta": 1, "controller": {"action": 1}}]) == {}
+    q1.update(eta=[0, 0], forced_last=False, iterations=2)
+    q2.update(eta=[1, 1], forced_last=True, iterations=2)
+    points = {p["threshold"]: p for p in stop_sweep([q1, q2], [0.2, 0.5, 0.7, 0.9])}
+    assert points[0.2] == {"threshold": 0.2, "covered": 2, "beyond_record": 0, "accuracy": 0.5, "mean_iterations": 1}
+    assert (points[0.5]["accuracy"], points[0.5]["mean_iterations"]) == (1.0, 1.5)  # q1 at 2, q2 at 1 (eta 1)
+    assert (points[0.7]["covered"], points[0.7]["mean_iterations"]) == (2, 2)  # q2 runs to its forced end
+    # above 0.8 q1 would go on after the live Controller's STOP: not in the record
+    assert (points[0.9]["covered"], points[0.9]["beyond_record"], points[0.9]["accuracy"]) == (1, 1, 1.0)
+    out = controller_stopping([q1, q2])
+    rel = out["controller_reliability"]
+    assert rel["steps"] == 3 and rel["p_stop_missing"] == 0  # q2's forced iteration is no decision
+    assert [b["count"] for b in rel["bins"]] == [1, 1, 1]
+    assert controller_stopping([{"iterations": 1}]) == {}
+
+
+def test_mro_moderator_controller_records_p_stop(tmp_path, tiny_model_dir):
+    """The tiny model as a prompted moderator Controller over simulated Reasoner / Monitor."""
+    from metamod.evaluate.cells import read_samples
+    from metamod.evaluate.harness import evaluate
+    from metamod.files import read_jsonl
+
+    config = EvalConfig(
+        methods=["mro", "mro_prompted_moderator"],
+        limit=6,
+        max_iterations=2,
+        moderator_base=str(tiny_model_dir),
+        moderator_backend_options={"device": "cpu"},
+        moderator_max_tokens=6,
+        output_dir=str(tmp_path / "eval"),
+        plots=False,
+    )
+    document = evaluate(config)
+    traces = [
+        t for t in read_jsonl(tmp_path / "eval" / "method-traces.jsonl") if t["method"] == "mro_prompted_moderator"
+    ]
+    assert len(traces) == 6
+    rows = {r["id"]: r["methods"] for r in read_samples(tmp_path / "eval" / "samples.jsonl")}
+    for line in traces:
+        history = line["trace"]["history"]
+        assert all("p_stop" in h["controller"] for h in history)
+        details = rows[line["id"]]["mro_prompted_moderator"]["details"]["mro"]
+        assert details["p_stop"] == [h["controller"]["p_stop"] for h in history]
+        assert "p_stop" not in rows[line["id"]]["mro"]["details"]["mro"]  # the simulated Controller has none
+    result = document["results"]["arith"]
+    assert "controller_stop_curve" in result["mro_prompted_moderator"]
+    assert "controller_stop_curve" not in result["mro"]
+    assert result["mro_prompted_moderator"]["controller_stop_curve"][0]["threshold"] == 0.0

@@ -48,7 +48,13 @@ from typing import Any
 
 from metamod.llm.base import Generator, SamplingConfig
 from metamod.prompts import format_responses, render
-from metamod.rewards.moderator import STOP, decision_probability, final_answer, parse_decision
+from metamod.rewards.moderator import (
+    DECISION_TOP_LOGPROBS,
+    STOP,
+    decision_probability,
+    final_answer,
+    parse_decision,
+)
 from metamod.rollout.roles import LLMRole
 from metamod.rollout.state import moderator_messages
 from metamod.tasks.base import Example
@@ -102,10 +108,6 @@ class StepDecision:
         if self.answer_source is not None:
             out["answer_source"] = self.answer_source
         return out
-
-
-#: top-k alternatives every moderator call asks for, to read P(STOP) from the same request (docs/evaluation.md)
-DECISION_TOP_LOGPROBS = 10
 
 
 def _greedy(max_tokens: int) -> SamplingConfig:

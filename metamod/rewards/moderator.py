@@ -50,6 +50,9 @@ CONTINUE = "CONTINUE"
 OPEN_TAG = "<answer>"
 CLOSE_TAG = "</answer>"
 
+#: top-k alternatives a moderator call asks for to read P(STOP) from the same request (:func:`decision_probability`)
+DECISION_TOP_LOGPROBS = 10
+
 _KEYWORD = re.compile(r"^(STOP|CONTINUE)(?![A-Za-z0-9_])")
 _SPAN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
