@@ -87,7 +87,7 @@ def _by_id(records):
 def test_registry_lists_every_method_and_unknown_fails():
     debate = {name for name, spec in METHODS.items() if spec.replays_debates}
     assert debate == {"majority_vote", "consensus", "judge", "moderator_prompted", "moderator", "adjudication_only",
-                      "stopping_only"}  # fmt: skip
+                      "stopping_only", "moderator_threshold"}  # fmt: skip
     assert {"single_naive", "single_cot", "single_reflection", "single_cot_sc"} <= set(METHODS) - debate
     with pytest.raises(KeyError, match="Valid names: .*majority_vote"):
         build_method("majority", LayerContext(max_rounds=3))

@@ -270,6 +270,39 @@ def test_logprobs_off_leaves_none_and_stop_strings_keep_the_invariant(gen):
     assert cut.token_logprobs == base.token_logprobs[: cut.completion_tokens]  # through the stop-completing token
 
 
+@pytest.mark.parametrize("decode", ["pruned", "generate"])
+def test_top_logprobs_are_the_models_top_k_and_change_nothing_generated(tiny_dir, decode):
+    """top_logprobs=k: per completion token its text and the raw top-k (a full forward's), texts unchanged."""
+    import torch
+
+    gen = HFGenerator(str(tiny_dir), device="cpu", batch_size=2, decode=decode)
+    for sampling in (
+        SamplingConfig(temperature=0, max_tokens=6, n=2),
+        SamplingConfig(temperature=0.7, top_p=0.9, max_tokens=6, n=2, seed=4),
+    ):
+        plain = gen.chat(CONVS, sampling)
+        top = gen.chat(CONVS, dataclasses.replace(sampling, top_logprobs=4))
+        assert [g.text for g in top] == [g.text for g in plain]
+        assert all(g.tokens is None and g.top_logprobs is None for g in plain)
+        for k, conv in enumerate(CONVS):
+            prompt = gen._prompt_ids(conv)
+            for g in top[2 * k : 2 * k + 2]:
+                assert len(g.tokens) == len(g.top_logprobs) == g.completion_tokens
+                ids = gen.tokenizer(g.text, add_special_tokens=False)["input_ids"][: g.completion_tokens]
+                assert "".join(g.tokens).startswith(gen.tokenizer.decode(ids[:1]))
+                with torch.inference_mode():  # the first position's top 4 from one forward pass
+                    first = torch.log_softmax(gen.model(input_ids=torch.tensor([prompt])).logits[0, -1].float(), -1)
+                values, best = torch.topk(first, 4)
+                expected = {}
+                for token_id, value in zip(best.tolist(), values.tolist(), strict=True):
+                    text = gen.tokenizer.decode([token_id], skip_special_tokens=True)
+                    expected[text] = float(torch.logaddexp(torch.tensor(expected.get(text, -1e9)), torch.tensor(value)))
+                assert g.top_logprobs[0] == pytest.approx(expected, abs=1e-4)
+                assert all(len(step) <= 4 and max(step.values()) <= 0 for step in g.top_logprobs)
+    with pytest.raises(ValueError, match="top_logprobs"):
+        SamplingConfig(top_logprobs=21)
+
+
 def test_chat_template_kwargs_reach_the_template(gen, tiny_dir):
     """A Qwen3-style template variable (enable_thinking) is read in prompts and token counts alike."""
     import copy

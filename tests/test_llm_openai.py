@@ -219,8 +219,15 @@ def with_logprobs(request: httpx.Request) -> httpx.Response:
     lengths = [2 + i for i in range(n)]
     choices = []
     for i, length in reversed(list(enumerate(lengths))):
+        top = body.get("top_logprobs", 0)
         content = [
-            {"token": f"t{k}", "logprob": -0.5 * (k + 1), "bytes": None, "top_logprobs": []} for k in range(length)
+            {
+                "token": f"t{k}",
+                "logprob": -0.5 * (k + 1),
+                "bytes": None,
+                "top_logprobs": [{"token": f"t{k}", "logprob": -0.5 * (k + 1)}, {"token": "a", "logprob": -3.0}][:top],
+            }
+            for k in range(length)
         ]
         choices.append(
             {
@@ -245,6 +252,18 @@ def test_logprobs_requested_and_parsed():
     assert out[1].perplexity() == pytest.approx(math.e)
     plain = gen.chat([CONV], SamplingConfig(n=2))
     assert "logprobs" not in seen[-1] and all(g.token_logprobs is None for g in plain)
+
+
+def test_top_logprobs_requested_and_parsed():
+    seen = []
+    gen = make(lambda r: seen.append(json.loads(r.content)) or with_logprobs(r))
+    out = gen.chat([CONV], SamplingConfig(n=2, top_logprobs=2))
+    assert seen[-1]["logprobs"] is True and seen[-1]["top_logprobs"] == 2
+    assert [g.tokens for g in out] == [["t0", "t1"], ["t0", "t1", "t2"]]
+    assert out[1].top_logprobs[2] == {"t2": -1.5, "a": -3.0}
+    assert out[0].token_logprobs is None and [g.completion_tokens for g in out] == [2, 3]
+    with pytest.raises(BackendError, match="did not return log-probs"):
+        make(completion).chat([CONV], SamplingConfig(top_logprobs=2))
 
 
 def test_server_without_logprobs_is_a_clear_error():

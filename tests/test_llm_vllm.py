@@ -24,6 +24,7 @@ def test_sampling_kwargs():
     assert kw == {"n": 3, "temperature": 0.7, "top_p": 0.9, "max_tokens": 5, "seed": 1, "stop": ["x"]}
     assert sampling_kwargs(SamplingConfig(temperature=0))["top_p"] == 1.0
     assert sampling_kwargs(SamplingConfig(logprobs=True))["logprobs"] == 0  # the sampled token's log-prob only
+    assert sampling_kwargs(SamplingConfig(logprobs=True, top_logprobs=3))["logprobs"] == 3
 
 
 # The shapes of vllm 0.31.0's outputs (vllm/outputs.py, vllm/logprobs.py), without vllm.
@@ -65,7 +66,10 @@ class FakeLLM:
             for i in reversed(range(sampling_params.kwargs["n"])):
                 ids = [10 + c, 20 + i, 2][: 2 + i]
                 # the sampled token first, then (logprobs >= 1) the top tokens; the sampled one is the key to read
-                positions = [{t: FakeLogprob(-0.1 * (k + 1) - c), 99: FakeLogprob(-0.01)} for k, t in enumerate(ids)]
+                positions = [
+                    {t: FakeLogprob(-0.1 * (k + 1) - c, 2, f"t{t}"), 99: FakeLogprob(-0.01, 1, "top")}
+                    for k, t in enumerate(ids)
+                ]
                 outputs.append(FakeCompletion(i, f"c{c} s{i}", ids, positions if want else None))
             requests.append(FakeRequest(prompt_token_ids=[1] * (3 + c), outputs=outputs))
         return requests
@@ -127,6 +131,22 @@ def test_chat_reads_token_logprobs_from_fake_outputs(monkeypatch):
     assert all(len(g.token_logprobs) == g.completion_tokens for g in out)
     plain = gen.chat(convs, SamplingConfig(temperature=1.0, max_tokens=4, n=2))
     assert "logprobs" not in llm.calls[-1].kwargs and all(g.token_logprobs is None for g in plain)
+
+
+def test_chat_reads_top_logprobs_from_fake_outputs(monkeypatch):
+    """SamplingParams(logprobs=k); alternatives of rank <= k become top_logprobs, decoded_token the token texts."""
+    llm = FakeLLM()
+    gen = _fake_generator(monkeypatch, llm)
+    convs = [[{"role": "user", "content": "a"}]]
+    one = gen.chat(convs, SamplingConfig(temperature=1.0, max_tokens=4, n=2, top_logprobs=1))
+    assert llm.calls[-1].kwargs["logprobs"] == 1
+    assert [g.tokens for g in one] == [["t10", "t20"], ["t10", "t21", "t2"]]
+    assert one[0].top_logprobs == [{"top": -0.01}, {"top": -0.01}] and one[0].token_logprobs is None
+    two = gen.chat(convs, SamplingConfig(temperature=1.0, max_tokens=4, n=2, top_logprobs=2, logprobs=True))
+    assert two[1].top_logprobs[2] == pytest.approx({"top": -0.01, "t2": -0.3})
+    assert two[1].token_logprobs == pytest.approx([-0.1, -0.2, -0.3])
+    with pytest.raises(RuntimeError, match="vLLM returned none of log-probs"):
+        _fake_generator(monkeypatch, FakeLLM(drop_logprobs=True)).chat(convs, SamplingConfig(n=1, top_logprobs=3))
 
 
 def test_missing_vllm_logprobs_is_an_error(monkeypatch):

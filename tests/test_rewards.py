@@ -189,3 +189,33 @@ def test_registry_errors():
         get_reward_funcs([])
     with pytest.raises(ValueError, match="more than once"):
         get_reward_funcs(["format", "format"])
+
+
+# ---------------------------------------------------------------------------------------------- P(STOP)
+
+
+def test_decision_probability_sums_prefixes_of_each_word_at_the_first_non_space_token():
+    import math
+
+    from metamod.rewards.moderator import CONTINUE, decision_probability
+
+    top = {
+        " S": math.log(0.1),  # a prefix of STOP after the space
+        "STOP": math.log(0.2),
+        "STOP<": math.log(0.1),  # the whole word, then a non-word character
+        "STOPPED": math.log(0.3),  # not the keyword
+        "stop": math.log(0.05),  # keywords are case-sensitive
+        "C": math.log(0.1),
+        "CONTINUE": math.log(0.1),
+    }
+    tokens = ["\n", "  ", "STOP", "<answer>"]
+    tops = [{"\n": -0.01}, {"  ": -0.01}, top, {}]
+    assert decision_probability(tokens, tops) == pytest.approx(0.4 / 0.6)
+    assert decision_probability(tokens, tops, keyword=CONTINUE) == pytest.approx(0.2 / 0.6)
+    # the decision position is the FIRST non-whitespace token, not the first with a decision word in its top-k
+    assert decision_probability(["I", "STOP"], [{"I": -0.1}, top]) is None
+    assert decision_probability(["  "], [{"  ": -0.1}]) is None  # no decision word at all
+    assert decision_probability(["STOP"], [{"STOP": 0.0}]) == 1.0
+    assert decision_probability([], []) is None and decision_probability(["STOP"], None) is None
+    with pytest.raises(ValueError, match="keyword"):
+        decision_probability(tokens, tops, keyword="stop")

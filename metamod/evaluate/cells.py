@@ -73,6 +73,7 @@ _SCOPE_KEYS = frozenset(
         "resume",
         "overwrite",
         "plots",
+        "stop_curve",
         "batch_questions",
         "task_batch_questions",
         "question_order_seed",
@@ -105,7 +106,7 @@ _ROLE_KNOBS = {
     "judge": ("judge_max_tokens",),
 }
 #: with a memory on, cells depend on everything the memory saw before them: only these keys are free
-_MEMORY_FREE_KEYS = frozenset({"output_dir", "resume", "overwrite", "plots", "prompts_file"})
+_MEMORY_FREE_KEYS = frozenset({"output_dir", "resume", "overwrite", "plots", "stop_curve", "prompts_file"})
 
 
 def _memory_on(memory_config: Any, methods: list[str] | None = None) -> bool:
@@ -273,7 +274,7 @@ def missing_cells(
 #: everything a run writes that a resumed run reuses: samples, own-loop traces, cached debates, memory states
 #: (metamod.evaluate.memories: memory-seed<k>/ and memory-seed<k>-<method>/, and their per-task folders). The ONE
 #: list: ``has_outputs`` decides from it whether a folder holds a run, ``clear_outputs`` deletes it.
-REUSED_OUTPUTS = (SAMPLES_FILE, METHOD_TRACES_FILE, "traces-seed*.jsonl", "memory-seed*")
+REUSED_OUTPUTS = (SAMPLES_FILE, METHOD_TRACES_FILE, "traces-seed*.jsonl", "memory-seed*", "stop-curve.jsonl")
 #: what a run derives from the reused outputs (rewritten at the end of every run; the viewer page by `metamod view`)
 DERIVED_OUTPUTS = (RESULTS_FILE, TABLE_FILE, "plots", VIEW_FILE)
 

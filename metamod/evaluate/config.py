@@ -200,6 +200,15 @@ class EvalConfig:
         metadata={"help": "Delete output_dir's samples, cached debates and memory states, and start over."},
     )
     plots: bool = field(default=True, metadata={"help": "Write PNG plots (matplotlib, Agg backend)."})
+    stop_curve: bool = field(
+        default=False,
+        metadata={
+            "help": "Replay mode: also ask each moderator-type row's model at EVERY round of every shared debate "
+            "(moderator prompts only) and report the accuracy / mean-rounds curve of a threshold on P(STOP), a "
+            "reliability diagram and its ECE (results.json stop_curve, stop-curve.jsonl, plots/stop_curve.png, "
+            "plots/stop_reliability.png; docs/evaluation.md, 'Calibrated stopping')."
+        },
+    )
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS and ":" not in m]

@@ -34,7 +34,7 @@ Every method, these layers and the ones that run themselves, is a row of :data:`
 ...     {"round": 0, "responses": [{"agent": 0, "text": "<answer>2</answer>", "answer": "2"},
 ...                                {"agent": 1, "text": "<answer>2</answer>", "answer": "2"}]}]}
 >>> build_method("consensus", ctx).decide(0, [debate])[0]
-StepDecision(stop=True, answer='2', raw=None, valid=None, lenient=False, prompt_tokens=0, completion_tokens=0)
+StepDecision(stop=True, answer='2', raw=None, valid=None, lenient=False, prompt_tokens=0, completion_tokens=0, p_stop=None, answer_source=None)
 >>> build_method("majority_vote", ctx).decide(0, [debate])[0].stop
 False
 """
@@ -48,7 +48,13 @@ from typing import Any
 
 from metamod.llm.base import Generator, SamplingConfig
 from metamod.prompts import format_responses, render
-from metamod.rewards.moderator import STOP, final_answer, parse_decision
+from metamod.rewards.moderator import (
+    DECISION_TOP_LOGPROBS,
+    STOP,
+    decision_probability,
+    final_answer,
+    parse_decision,
+)
 from metamod.rollout.roles import LLMRole
 from metamod.rollout.state import moderator_messages
 from metamod.tasks.base import Example
@@ -70,6 +76,11 @@ class StepDecision:
             that was not format-valid (``valid=False``); always ``False`` before the last round and for the judge.
         prompt_tokens: prompt tokens the layer itself spent on this decision.
         completion_tokens: completion tokens the layer itself spent on this decision.
+        p_stop: the moderator's P(STOP) read from the top-k log-probs of the same output
+            (:func:`~metamod.rewards.moderator.decision_probability`); ``None`` without a moderator call or when it
+            cannot be read. Written (``to_dict``) only for decisions that called the moderator.
+        answer_source: where a ``moderator_threshold`` answer came from (``moderator``, ``majority``, ``forced``);
+            ``None`` (and not written) for every other layer.
     """
 
     stop: bool
@@ -79,9 +90,11 @@ class StepDecision:
     lenient: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    p_stop: float | None = None
+    answer_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "stop": self.stop,
             "answer": self.answer,
             "raw": self.raw,
@@ -90,6 +103,11 @@ class StepDecision:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
         }
+        if self.valid is not None:  # a moderator call
+            out["p_stop"] = self.p_stop
+        if self.answer_source is not None:
+            out["answer_source"] = self.answer_source
+        return out
 
 
 def _greedy(max_tokens: int) -> SamplingConfig:
@@ -285,6 +303,9 @@ class Moderator(DecisionLayer):
     """Meta-Moderator: CONTINUE/STOP after every round, forced answer at ``T_max``; the generator is the row's
     ``needs[0]`` (the trained ``moderator``, or ``moderator_base``: the untrained Meta-Moderator*)."""
 
+    #: whether the last :meth:`ask` got top-k log-probs back (a backend without them gives ``p_stop=None``)
+    top_logprobs_returned: bool = False
+
     @property
     def generator(self) -> Generator:
         return getattr(self.context, self.spec.needs[0])
@@ -294,7 +315,8 @@ class Moderator(DecisionLayer):
 
         Before the last round (``final=False``) only a format-valid ``STOP`` stops, with its answer; anything else
         continues. At the forced last round (``final=True``) every debate stops with :func:`final_answer` of the
-        output. ``valid`` is the strict protocol verdict either way.
+        output. ``valid`` is the strict protocol verdict either way. The call asks for the top
+        :data:`DECISION_TOP_LOGPROBS` log-probs (nothing extra is generated) and records ``p_stop``.
         """
         moderator = self._llm(self.generator, self.context.moderator_sampling, "moderator")
         conversations = [
@@ -305,7 +327,9 @@ class Moderator(DecisionLayer):
             )
             for d in debates
         ]
-        outputs = moderator.chat(conversations)
+        top = max(self.context.moderator_sampling.top_logprobs, DECISION_TOP_LOGPROBS)
+        outputs = moderator.chat(conversations, top_logprobs=top)
+        self.top_logprobs_returned = any(g.top_logprobs is not None for g in outputs)
         decisions = []
         for g in outputs:
             parsed = parse_decision(g.text)
@@ -321,6 +345,7 @@ class Moderator(DecisionLayer):
                     lenient=final and not valid and answer is not None,
                     prompt_tokens=g.prompt_tokens,
                     completion_tokens=g.completion_tokens,
+                    p_stop=decision_probability(g.tokens, g.top_logprobs),
                 )
             )
         return decisions

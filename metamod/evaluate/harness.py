@@ -73,6 +73,7 @@ from .methods import build_method, check_method_kinds, method_spec
 from .metrics import task_metrics
 from .replay import replay, run_live
 from .report import gold_labels, markdown_tables, structure_table, versions, write_plots
+from .stop_curve import check_stop_curve, stop_curve_section, write_stop_plots
 
 logger = logging.getLogger(__name__)
 
@@ -399,6 +400,7 @@ def check_eval(config: EvalConfig, memory_config: Any = None) -> tuple[Any, Any,
         in_use = memories_in_use(config.methods, memory_config)
         check_memory_options(memory_config, in_use)
         check_memory_path(memory_config, in_use)
+    check_stop_curve(config, memory_on(config.methods, memory_config))
     settings = eval_settings(config, memory_config)
     if not start_over:
         check_fingerprint(output_dir, settings, outputs=has_outputs(output_dir), command="eval", what=WHAT)
@@ -519,6 +521,10 @@ def _evaluate(
     rows = current_rows(read_samples(samples_path), examples, config.seeds, settings_fp, method_fps)
     document = compute_results(rows, config, memory_config)
     document["settings_fingerprint"] = settings_fp
+    if config.stop_curve:
+        document["stop_curve"] = stop_curve_section(
+            config, output_dir, examples, reused, specs, settings_fp, rows, loaded=generators
+        )
     summaries = read_summaries(output_dir)
     if summaries:
         document["memories"] = summaries
@@ -532,6 +538,8 @@ def _evaluate(
     )
     if config.plots and document["results"]:
         write_plots(document["results"], document["labels"], output_dir / "plots", simulated=document["simulated"])
+    if config.plots and document.get("stop_curve"):
+        write_stop_plots(document["stop_curve"], document["labels"], output_dir / "plots", document["simulated"])
     return document
 
 

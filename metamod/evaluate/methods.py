@@ -114,6 +114,13 @@ _ROWS: tuple[MethodSpec, ...] = (
     _debate("judge", "MAD (LLM-as-a-Judge)", "Judge", needs=("judge",)),
     _debate("moderator_prompted", "Meta-Moderator* (untrained)", "Moderator", needs=("moderator_base",)),
     _debate("moderator", "Meta-Moderator", "Moderator", needs=("moderator",)),
+    MethodSpec(
+        "moderator_threshold",
+        "Meta-Moderator (P(STOP) >= tau)",
+        "metamod.evaluate.stopping:ModeratorThreshold",
+        loop="debate",
+        needs=("moderator",),
+    ),
     _debate(
         "adjudication_only", "Adjudication-only", "AdjudicationOnly", needs=("moderator",), knobs=("fixed_rounds",)
     ),

@@ -43,6 +43,7 @@ from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer
 
 from .baselines._common import read_options
+from .mro_stopping import controller_stop_details
 from .single import SingleAgentMethod, SingleOutcome
 
 
@@ -105,6 +106,7 @@ def mro_details(trace: dict[str, Any]) -> dict[str, Any]:
         "parse": {role: [r[role]["parse"] for r in history] for role in ("reasoner", "monitor", "controller")},
         "tokens": trace["tokens"],
         **({"policy_update": updates} if (updates := _policy_updates(history)) else {}),
+        **controller_stop_details(history),
     }
 
 

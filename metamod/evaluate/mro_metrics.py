@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from statistics import mean
 from typing import Any
 
+from .mro_stopping import controller_stopping
+
 ACTIONS = {1: "accept", 2: "patch", 3: "restart"}
 _OK_PARSES = frozenset({"ok", "tagged", "json"})
 
@@ -62,4 +64,5 @@ def mro_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "control_accuracy": agree / decisions if decisions else None,
         "control_decisions": decisions,
         "parse_fallbacks": fallbacks,
+        **controller_stopping(details),
     }

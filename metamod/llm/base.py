@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 Message = dict[str, str]
+#: the most alternatives per position ``SamplingConfig.top_logprobs`` may ask for (the OpenAI API's limit)
+MAX_TOP_LOGPROBS = 20
 Conversation = list[Message]
 
 
@@ -33,7 +35,18 @@ class SamplingConfig:
         },
     )
 
+    top_logprobs: int = field(
+        default=0,
+        metadata={
+            "help": "Also return, at every completion position, the k most likely tokens with their raw log-probs "
+            "(Generation.top_logprobs) and the chosen tokens' texts (Generation.tokens), from the same request; "
+            "0: off. At most 20 (the OpenAI API's limit); backends that cannot raise an error naming the backend."
+        },
+    )
+
     def __post_init__(self) -> None:
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
@@ -51,6 +64,10 @@ class Generation:
     ``token_logprobs`` (only with ``SamplingConfig.logprobs``, else ``None``): the log-probability of each completion
     token under the model's raw distribution (before temperature / top-p), one per token counted in
     ``completion_tokens`` (docs/backends.md, "Token log-probabilities").
+
+    ``tokens`` and ``top_logprobs`` (only with ``SamplingConfig.top_logprobs = k > 0``, else ``None``): the text of
+    each completion token, and at each of those positions the ``k`` most likely tokens' texts mapped to their raw
+    log-probabilities (docs/backends.md, "Top-k log-probabilities"); both are aligned with ``completion_tokens``.
     """
 
     text: str
@@ -58,6 +75,8 @@ class Generation:
     completion_tokens: int = 0
     finish_reason: str | None = None
     token_logprobs: list[float] | None = None
+    tokens: list[str] | None = None
+    top_logprobs: list[dict[str, float]] | None = None
 
     def perplexity(self) -> float | None:
         """``exp(-mean token log-prob)`` of the completion, or ``None`` without log-probs (or tokens).

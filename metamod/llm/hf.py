@@ -7,7 +7,10 @@ caller's order, ``sampling.n`` per conversation (conversation-major).
 With ``sampling.logprobs`` each Generation carries ``token_logprobs``: the log-probability of each completion token
 under the model's raw distribution (``log_softmax`` of the logits before temperature, top-k, top-p or any logits
 processor; vLLM's default ``logprobs_mode="raw_logprobs"``), one per token counted in ``completion_tokens``
-(eos included, padding and tokens after a stop string excluded), so ``len(token_logprobs) == completion_tokens``.
+(eos included, padding and tokens after a stop string excluded), so ``len(token_logprobs) == completion_tokens``. With ``sampling.top_logprobs = k`` each Generation also carries
+``tokens`` (each completion token decoded on its own) and ``top_logprobs`` (per position, the ``k`` most likely
+tokens' decoded texts -> raw log-prob, from the same logits; ids that decode to the same text have their
+probabilities added), aligned the same way; what is generated does not change.
 """
 
 from __future__ import annotations
@@ -101,6 +104,15 @@ def check_adapter_folder(adapter: str) -> None:
                 f"adapter folder {adapter!r} has no adapter_config.json; pass the folder a PEFT adapter was saved "
                 "to (e.g. checkpoints/<run>/adapter or a checkpoint-N folder)"
             )
+
+
+def _step_top(step_logits: Any, k: int) -> list[list[tuple[list[int], list[float]]]]:
+    """Per row, per step, the :func:`~metamod.llm.hf_decode.top_alternatives` of ``generate``'s raw logits."""
+    from metamod.llm.hf_decode import top_alternatives
+
+    per_step = [top_alternatives(logits, k) for logits in step_logits]
+    rows = len(per_step[0]) if per_step else 0
+    return [[step[row] for step in per_step] for row in range(rows)]
 
 
 def _step_logprobs(step_logits: Any, new_ids: Any) -> list[list[float]]:
@@ -324,7 +336,7 @@ class HFGenerator:
             config.top_p = sampling.top_p
             if config.top_k is None:  # transformers would fill in top_k=50; vLLM and servers apply no top-k
                 config.top_k = 0
-        if sampling.logprobs:  # raw logits of every step (before any logits processor), gathered after generate
+        if sampling.logprobs or sampling.top_logprobs:  # raw logits of every step (before any logits processor)
             config.output_logits = True
             config.return_dict_in_generate = True
         kwargs: dict[str, Any] = {"generation_config": config}
@@ -395,13 +407,14 @@ class HFGenerator:
                 kwargs = self._generation_kwargs(sampling, max_new)
                 out = self.model.generate(**batch, **kwargs)
         per_prompt = kwargs["generation_config"].num_return_sequences
-        if not sampling.logprobs:
+        if not (sampling.logprobs or sampling.top_logprobs):
             new_tokens = out[:, batch["input_ids"].shape[1] :].tolist()
             return self._group(prompts, new_tokens, per_prompt, sampling, eos_ids)
         new_ids = out.sequences[:, batch["input_ids"].shape[1] :]
-        logprobs = _step_logprobs(out.logits, new_ids)
+        logprobs = _step_logprobs(out.logits, new_ids) if sampling.logprobs else None
+        top = _step_top(out.logits, sampling.top_logprobs) if sampling.top_logprobs else None
         del out
-        return self._group(prompts, new_ids.tolist(), per_prompt, sampling, eos_ids, logprobs)
+        return self._group(prompts, new_ids.tolist(), per_prompt, sampling, eos_ids, logprobs, top)
 
     def _group(
         self,
@@ -411,10 +424,12 @@ class HFGenerator:
         sampling: SamplingConfig,
         eos_ids: set[int],
         row_logprobs: list[list[float]] | None = None,
+        row_top: list[list[tuple[list[int], list[float]]]] | None = None,
     ) -> list[list[Generation]]:
         """Generated rows (``per_prompt`` per prompt, prompt-major) -> ``sampling.n`` Generations per prompt.
 
-        ``row_logprobs`` (one list per row, aligned with its ids) is cut to the ``completion_tokens`` of each row.
+        ``row_logprobs`` (one list per row, aligned with its ids) is cut to the ``completion_tokens`` of each row;
+        so is ``row_top`` (per row, per step, the top-k ids and log-probs), whose ids become texts.
         """
         grouped: list[list[Generation]] = []
         for i, prompt in enumerate(prompts):
@@ -423,9 +438,29 @@ class HFGenerator:
                 index = i * per_prompt + (j if per_prompt > 1 else 0)
                 text, n_tokens, reason = self._finish(rows[index], sampling.stop, eos_ids)
                 logprobs = None if row_logprobs is None else row_logprobs[index][:n_tokens]
-                gens.append(Generation(text, len(prompt), n_tokens, reason, token_logprobs=logprobs))
+                generation = Generation(text, len(prompt), n_tokens, reason, token_logprobs=logprobs)
+                if row_top is not None:
+                    generation.tokens = [self._token_text(t) for t in rows[index][:n_tokens]]
+                    generation.top_logprobs = [self._top_texts(*step) for step in row_top[index][:n_tokens]]
+                gens.append(generation)
             grouped.append(gens)
         return grouped
+
+    def _token_text(self, token_id: int) -> str:
+        """One token decoded on its own (special tokens such as eos give ``""``)."""
+        return self.tokenizer.decode([int(token_id)], skip_special_tokens=True)
+
+    def _top_texts(self, ids: list[int], values: list[float]) -> dict[str, float]:
+        """Top-k ids and log-probs -> decoded text -> log-prob (ids decoding to the same text: probabilities added)."""
+        import math
+
+        out: dict[str, float] = {}
+        for token_id, value in zip(ids, values, strict=True):
+            text = self._token_text(token_id)
+            out[text] = (
+                value if text not in out else max(out[text], value) + math.log1p(math.exp(-abs(out[text] - value)))
+            )
+        return out
 
     # ------------------------------------------------------------------ pruned decoding
 
@@ -462,6 +497,7 @@ class HFGenerator:
         top_k = getattr(getattr(self.model, "generation_config", None), "top_k", None) or 0
         seed = sampling.seed
         logprobs: list[list[float]] | None = [] if sampling.logprobs else None
+        top: list[list[tuple[list[int], list[float]]]] | None = [] if sampling.top_logprobs else None
         generated = decode_rows(
             self.model,
             rows,
@@ -475,5 +511,7 @@ class HFGenerator:
             seed=None if seed is None else int(seed) * 100_003 + chunk_index,
             stopped=self._stop_check(sampling.stop),
             logprobs_out=logprobs,
+            top_logprobs=sampling.top_logprobs,
+            top_out=top,
         )
-        return self._group(prompts, generated, per_prompt, sampling, eos_ids, logprobs)
+        return self._group(prompts, generated, per_prompt, sampling, eos_ids, logprobs, top)

@@ -16,7 +16,8 @@ lists, one per row, ending with the eos token when the row stopped on it.
 Log-probabilities (``logprobs_out``): the log-probability of each chosen token under the model's raw distribution,
 ``log_softmax`` of the logits before temperature, top-k and top-p (:func:`chosen_logprobs`), so perplexities compare
 across sampling settings. Only the last position's logits of the step are used; without ``logprobs_out`` nothing
-extra is computed.
+extra is computed. With ``top_out`` and ``top_logprobs = k`` the ``k`` most likely tokens of every step and their raw
+log-probabilities are kept too (:func:`top_alternatives`), from the same logits; the tokens drawn do not change.
 
 >>> import torch
 >>> logits = torch.tensor([[0.0, 1.0, 5.0], [3.0, 0.0, 0.0]])
@@ -27,6 +28,8 @@ extra is computed.
 [[True, True, False]]
 >>> [round(x, 4) for x in chosen_logprobs(torch.tensor([[0.0, 0.0], [2.0, 0.0]]), torch.tensor([1, 0])).tolist()]
 [-0.6931, -0.1269]
+>>> [(ids, [round(v, 4) for v in values]) for ids, values in top_alternatives(torch.tensor([[0.0, 2.0, 1.0]]), 2)]
+[([1, 2], [-0.4076, -1.4076])]
 """
 
 from __future__ import annotations
@@ -83,6 +86,25 @@ def chosen_logprobs(logits: Any, tokens: Any) -> Any:
 
     logits = logits.float()
     return logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def top_alternatives(logits: Any, k: int) -> list[tuple[list[int], list[float]]]:
+    """The ``k`` most likely token ids of every row and their raw log-probabilities (``log_softmax`` of the logits,
+    before temperature / top-p, as :func:`chosen_logprobs`), most likely first.
+
+    Args:
+        logits: ``(rows, vocab)`` last-position logits of the model.
+        k: how many alternatives per row (capped by the vocabulary size).
+
+    Returns:
+        One ``(token ids, log-probs)`` pair per row.
+    """
+    import torch
+
+    logits = logits.float()
+    values, ids = torch.topk(logits, min(int(k), logits.shape[-1]), dim=-1)
+    values = values - torch.logsumexp(logits, dim=-1, keepdim=True)
+    return list(zip(ids.tolist(), values.tolist(), strict=True))
 
 
 def sample_rows(probs: Any, generator: Any) -> Any:
@@ -230,6 +252,8 @@ def decode_rows(
     seed: int | None = None,
     stopped: Callable[[list[int]], bool] | None = None,
     logprobs_out: list[list[float]] | None = None,
+    top_logprobs: int = 0,
+    top_out: list[list[tuple[list[int], list[float]]]] | None = None,
 ) -> list[list[int]]:
     """Decode every row (a prompt's token ids) until eos, a stop string or ``max_new_tokens``.
 
@@ -246,6 +270,9 @@ def decode_rows(
         stopped: called with a row's generated ids after each new token; ``True`` ends the row (stop strings).
         logprobs_out: an empty list to fill with one list per row (row order) holding the raw-model log-probability
             of each generated token (:func:`chosen_logprobs`; as long as the row's ids). ``None``: not computed.
+        top_logprobs: with ``top_out``, how many alternatives to keep per generated position.
+        top_out: an empty list to fill with one list per row holding, per generated token, the
+            :func:`top_alternatives` of that step (``top_logprobs`` of them). ``None``: not computed.
 
     Returns:
         The generated ids of each row, in row order.
@@ -272,6 +299,9 @@ def decode_rows(
     live = list(range(len(rows)))
     if logprobs_out is not None:
         logprobs_out[:] = [[] for _ in rows]
+    keep_top = top_out is not None and top_logprobs > 0
+    if top_out is not None:
+        top_out[:] = [[] for _ in rows]
     with torch.inference_mode():
         if shared:  # the prefix every row shares is computed once, then its KV is copied to every row
             prefix = torch.tensor([rows[0][:shared]], dtype=torch.long, device=device)
@@ -289,6 +319,9 @@ def decode_rows(
             if logprobs_out is not None:
                 for row, value in zip(live, chosen_logprobs(logits, tokens).tolist(), strict=True):
                     logprobs_out[row].append(value)
+            if keep_top:
+                for row, alternatives in zip(live, top_alternatives(logits, top_logprobs), strict=True):
+                    top_out[row].append(alternatives)  # type: ignore[index]
             keep = []
             for j, (row, token) in enumerate(zip(live, tokens.tolist(), strict=True)):
                 out[row].append(token)

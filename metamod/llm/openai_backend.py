@@ -10,6 +10,9 @@ choices, so it is split across the choices in proportion to their text length (t
 log-probs, to their number of log-prob entries (exact on vLLM servers, which list one per generated token).
 With ``sampling.logprobs`` the request sets ``"logprobs": true`` and each Generation's ``token_logprobs`` is
 ``choice["logprobs"]["content"][i]["logprob"]``; a server that returns none fails with a :class:`BackendError`.
+With ``sampling.top_logprobs = k`` the request also sets ``"top_logprobs": k`` (the API allows at most 20), and
+each Generation's ``tokens`` / ``top_logprobs`` are ``content[i]["token"]`` and ``content[i]["top_logprobs"]`` as
+token text -> log-prob (entries with the same text: probabilities added).
 ``count_tokens`` asks the server's ``/tokenize`` endpoint (vLLM has one) and otherwise approximates with
 ~4 characters per token plus a few tokens per message. Non-empty ``chat_template_kwargs`` (e.g.
 ``{"enable_thinking": False}`` for Qwen3) go into both request bodies as ``chat_template_kwargs``, which vLLM's
@@ -181,8 +184,10 @@ class OpenAIGenerator:
             payload["seed"] = sampling.seed
         if sampling.stop:
             payload["stop"] = list(sampling.stop)
-        if sampling.logprobs:
+        if sampling.logprobs or sampling.top_logprobs:
             payload["logprobs"] = True
+        if sampling.top_logprobs:
+            payload["top_logprobs"] = int(sampling.top_logprobs)
         if self.chat_template_kwargs:
             payload["chat_template_kwargs"] = dict(self.chat_template_kwargs)
         return payload
@@ -225,7 +230,7 @@ class OpenAIGenerator:
             async def one(conversation: Conversation) -> list[Generation]:
                 async with semaphore:
                     body = await self._post(client, self._payload(conversation, sampling))
-                return self._parse(body, sampling.n, logprobs=sampling.logprobs)
+                return self._parse(body, sampling.n, logprobs=sampling.logprobs, top_logprobs=sampling.top_logprobs)
 
             results = await asyncio.gather(*(one(c) for c in conversations))
         return [g for gens in results for g in gens]
@@ -257,22 +262,29 @@ class OpenAIGenerator:
                 await asyncio.sleep(delay)
         raise BackendError(f"{url} failed after {self.max_retries + 1} attempts; last error: {last_error}")
 
-    def _parse(self, body: dict[str, Any], n: int, *, logprobs: bool = False) -> list[Generation]:
+    def _parse(
+        self, body: dict[str, Any], n: int, *, logprobs: bool = False, top_logprobs: int = 0
+    ) -> list[Generation]:
         choices = body.get("choices") if isinstance(body, dict) else None
         if not isinstance(choices, list) or len(choices) != n:
             got = len(choices) if isinstance(choices, list) else "no"
             raise BackendError(f"server returned {got} choices, expected n={n}: {str(body)[:300]}")
         choices = sorted(choices, key=lambda c: c.get("index", 0))
         texts = [(c.get("message") or {}).get("content") or "" for c in choices]
-        token_logprobs = [self._choice_logprobs(c) for c in choices] if logprobs else [None] * len(choices)
+        wanted = logprobs or top_logprobs > 0
+        token_logprobs = [self._choice_logprobs(c) for c in choices] if wanted else [None] * len(choices)
         usage = body.get("usage") or {}
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        counts = [len(lp) for lp in token_logprobs] if logprobs else None
+        counts = [len(lp) for lp in token_logprobs] if wanted else None  # type: ignore[arg-type]
         completion = _split_tokens(int(usage.get("completion_tokens") or 0), texts, counts)
-        return [
-            Generation(text, prompt_tokens, tokens, choice.get("finish_reason"), token_logprobs=lp)
-            for text, tokens, choice, lp in zip(texts, completion, choices, token_logprobs, strict=True)
-        ]
+        generations = []
+        for text, tokens, choice, lp in zip(texts, completion, choices, token_logprobs, strict=True):
+            generation = Generation(text, prompt_tokens, tokens, choice.get("finish_reason"))
+            generation.token_logprobs = lp if logprobs else None
+            if top_logprobs:
+                generation.tokens, generation.top_logprobs = _choice_top(choice)
+            generations.append(generation)
+        return generations
 
     def _choice_logprobs(self, choice: dict[str, Any]) -> list[float]:
         """``choice["logprobs"]["content"][i]["logprob"]`` for every token; a clear error when the server sent none."""
@@ -313,3 +325,23 @@ class OpenAIGenerator:
                 logger.info("%s/tokenize unavailable (%s); approximating token counts", root, err)
             self._tokenize_ok = False
         return approx_tokens(conversation)
+
+
+def _choice_top(choice: dict[str, Any]) -> tuple[list[str], list[dict[str, float]]]:
+    """``content[i]["token"]`` and ``content[i]["top_logprobs"]`` (text -> log-prob) of one choice (already checked
+    to carry log-probs); alternatives with the same text have their probabilities added.
+
+    >>> _choice_top({"logprobs": {"content": [{"token": "STOP", "logprob": -0.1, "top_logprobs": [
+    ...     {"token": "STOP", "logprob": -0.1}, {"token": "CONT", "logprob": -2.4}]}]}})
+    (['STOP'], [{'STOP': -0.1, 'CONT': -2.4}])
+    """
+    tokens: list[str] = []
+    top: list[dict[str, float]] = []
+    for entry in choice["logprobs"]["content"]:
+        tokens.append(str(entry.get("token") or ""))
+        step: dict[str, float] = {}
+        for alternative in entry.get("top_logprobs") or []:
+            text, value = str(alternative.get("token") or ""), float(alternative["logprob"])
+            step[text] = value if text not in step else math.log(math.exp(step[text]) + math.exp(value))
+        top.append(step)
+    return tokens, top

@@ -13,6 +13,12 @@ token's log-prob only (``Sampler.gather_logprobs`` takes the top 0 plus the samp
 ``logprobs_mode``, whose default ``raw_logprobs`` (``vllm/config/model.py``) is ``log_softmax`` of the model's logits
 before penalties, temperature, top-k and top-p: the same distribution the hf backend reports.
 
+Top-k log-probs (``SamplingConfig.top_logprobs = k``): ``SamplingParams(logprobs=k)``; each position's dict then
+holds the ``k`` most likely tokens plus the sampled one, each a ``vllm.logprobs.Logprob(logprob, rank,
+decoded_token)`` (``decoded_token`` is filled because ``SamplingParams.detokenize`` defaults to ``True``). The
+entries of rank ``<= k`` become ``Generation.top_logprobs`` (decoded text -> log-prob) and the sampled token's
+``decoded_token`` its entry of ``Generation.tokens`` (:func:`completion_top_logprobs`).
+
 This module imports without vllm; constructing :class:`VLLMGenerator` without it raises ``ImportError`` with the
 install command.
 
@@ -21,6 +27,8 @@ install command.
 ['</answer>']
 >>> sampling_kwargs(SamplingConfig(logprobs=True))["logprobs"]
 0
+>>> sampling_kwargs(SamplingConfig(top_logprobs=5))["logprobs"]
+5
 """
 
 from __future__ import annotations
@@ -59,7 +67,8 @@ def sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
 
     Returns:
         A dict of ``n``, ``temperature``, ``top_p``, ``max_tokens``, ``seed`` and ``stop``, plus ``logprobs=0`` (the
-        sampled token's log-prob only) when ``sampling.logprobs`` is set.
+        sampled token's log-prob only) when ``sampling.logprobs`` is set, ``logprobs=k`` when
+        ``sampling.top_logprobs = k > 0``.
     """
     kwargs: dict[str, Any] = {
         "n": sampling.n,
@@ -69,9 +78,55 @@ def sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
         "seed": sampling.seed,
         "stop": list(sampling.stop) if sampling.stop else None,
     }
-    if sampling.logprobs:
-        kwargs["logprobs"] = 0
+    if sampling.logprobs or sampling.top_logprobs:
+        kwargs["logprobs"] = int(sampling.top_logprobs)
     return kwargs
+
+
+def completion_top_logprobs(completion: Any, k: int, backend: str = "vllm") -> tuple[list[str], list[dict[str, float]]]:
+    """The decoded text of each token of a ``CompletionOutput`` and, per position, its top-``k`` alternatives.
+
+    Args:
+        completion: a ``vllm.outputs.CompletionOutput`` generated with ``SamplingParams(logprobs=k)``.
+        k: the number of alternatives asked for (entries of ``rank > k``, the sampled token when it is not among
+            the top ``k``, are left out of the alternatives).
+        backend: the generator's name, for the error message.
+
+    Returns:
+        ``(tokens, top_logprobs)``, one entry per entry of ``completion.token_ids``; alternatives that decode to the
+        same text have their probabilities added.
+
+    Raises:
+        RuntimeError: the output carries no log-probs, or not one position per token.
+
+    >>> from types import SimpleNamespace as NS
+    >>> out = NS(token_ids=[5, 7], logprobs=[
+    ...     {5: NS(logprob=-0.1, rank=1, decoded_token="STOP"), 6: NS(logprob=-2.5, rank=2, decoded_token="CON")},
+    ...     {7: NS(logprob=-3.0, rank=9, decoded_token=" <"), 3: NS(logprob=-0.2, rank=1, decoded_token="<")}])
+    >>> completion_top_logprobs(out, 2)
+    (['STOP', ' <'], [{'STOP': -0.1, 'CON': -2.5}, {'<': -0.2}])
+    """
+    import math
+
+    token_ids = list(completion.token_ids)
+    positions = completion.logprobs
+    if positions is None or len(positions) != len(token_ids):
+        got = "none" if positions is None else f"{len(positions)} positions"
+        raise RuntimeError(f"{backend}: vLLM returned {got} of log-probs for {len(token_ids)} completion tokens")
+    tokens: list[str] = []
+    top: list[dict[str, float]] = []
+    for i, (token, position) in enumerate(zip(token_ids, positions, strict=True)):
+        if not position or token not in position:
+            raise RuntimeError(f"{backend}: vLLM returned no log-prob for completion token {i} (id {token})")
+        tokens.append(position[token].decoded_token or "")
+        step: dict[str, float] = {}
+        for entry in position.values():
+            if entry.rank is not None and entry.rank > k:
+                continue
+            text, value = entry.decoded_token or "", float(entry.logprob)
+            step[text] = value if text not in step else math.log(math.exp(step[text]) + math.exp(value))
+        top.append(step)
+    return tokens, top
 
 
 def completion_logprobs(completion: Any, backend: str = "vllm") -> list[float]:
@@ -230,13 +285,16 @@ class VLLMGenerator:
         for request in outputs:
             prompt_tokens = len(request.prompt_token_ids or [])
             for completion in sorted(request.outputs, key=lambda o: o.index):
-                generations.append(
-                    Generation(
-                        text=completion.text,
-                        prompt_tokens=prompt_tokens,
-                        completion_tokens=len(completion.token_ids),
-                        finish_reason=completion.finish_reason,
-                        token_logprobs=completion_logprobs(completion, self.name) if sampling.logprobs else None,
-                    )
+                generation = Generation(
+                    text=completion.text,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=len(completion.token_ids),
+                    finish_reason=completion.finish_reason,
+                    token_logprobs=completion_logprobs(completion, self.name) if sampling.logprobs else None,
                 )
+                if sampling.top_logprobs:
+                    generation.tokens, generation.top_logprobs = completion_top_logprobs(
+                        completion, sampling.top_logprobs, self.name
+                    )
+                generations.append(generation)
         return generations

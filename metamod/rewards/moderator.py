@@ -6,7 +6,8 @@ A moderator answers each debate round with exactly one of two outputs:
 * ``STOP`` followed by one ``<answer>...</answer>`` span holding the final answer, nothing else.
 
 :func:`parse_decision` is the ONE parser of that protocol: the rewards below and the evaluation's moderator decision
-layers both call it, so training and inference never disagree on what a moderator said.
+layers both call it, so training and inference never disagree on what a moderator said. Beside it,
+:func:`decision_probability` reads how sure the moderator was: P(STOP) from the top-k log-probs at its decision word.
 
 Parsing rules (all decided here and tested in ``tests/test_rewards.py``):
 
@@ -34,8 +35,9 @@ plain-text completions (``["STOP <answer>4</answer>"]``) and conversational ones
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -47,6 +49,9 @@ STOP = "STOP"
 CONTINUE = "CONTINUE"
 OPEN_TAG = "<answer>"
 CLOSE_TAG = "</answer>"
+
+#: top-k alternatives a moderator call asks for to read P(STOP) from the same request (:func:`decision_probability`)
+DECISION_TOP_LOGPROBS = 10
 
 _KEYWORD = re.compile(r"^(STOP|CONTINUE)(?![A-Za-z0-9_])")
 _SPAN = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -150,6 +155,68 @@ def parse_decision(text: str | None) -> Decision:
     if first_answer is None:
         return Decision(STOP, None, False, "empty_answer")
     return Decision(STOP, first_answer, True)
+
+
+def _names_keyword(text: str, keyword: str) -> bool:
+    """Whether a token's text (leading whitespace stripped) can open ``keyword``: a non-empty prefix of it, or the
+    whole keyword followed by a non-word character (``"STOP<"``)."""
+    text = text.lstrip()
+    if not text:
+        return False
+    if keyword.startswith(text):
+        return True
+    return text.startswith(keyword) and not re.match(r"[A-Za-z0-9_]", text[len(keyword) :])
+
+
+def decision_probability(
+    tokens: Sequence[str] | None, top_logprobs: Sequence[Mapping[str, float]] | None, keyword: str = STOP
+) -> float | None:
+    """The probability the moderator gave ``keyword`` (``STOP``) against the other decision word, read from the
+    top-k log-probs of the SAME generation at the position where its decision word starts.
+
+    That position is the first completion token whose text is not whitespace. Among that position's top-k
+    alternatives, the mass of tokens that can open ``STOP`` (leading whitespace stripped: a non-empty prefix of
+    ``STOP``, or ``STOP`` followed by a non-word character) is divided by itself plus the mass of those that can
+    open ``CONTINUE`` (the two words share no first letter, so no token counts for both); every other token
+    (``stop``, ``I``, a tag, whitespace) is left out. The result is ``P(keyword | the output opens with a decision
+    word)``. For ``keyword=CONTINUE`` it is ``1 - `` the ``STOP`` value.
+
+    Returns ``None`` when it cannot be read: no top-k log-probs (``None``: the backend was not asked or cannot),
+    an output with no non-whitespace token, or a position whose top-k holds neither word (the moderator was not
+    answering with a decision word); callers count these (``p_stop_missing``) and never treat them as 0 or 1.
+
+    Args:
+        tokens: the text of each completion token (``Generation.tokens``).
+        top_logprobs: per completion token, the top-k token texts -> log-prob (``Generation.top_logprobs``).
+        keyword: ``STOP`` or ``CONTINUE``.
+
+    >>> import math
+    >>> round(decision_probability(["STOP", " <"], [{"STOP": math.log(0.6), "CON": math.log(0.2), "I": -1.0}, {}]), 4)
+    0.75
+    >>> round(decision_probability([" ", " CONT", "INUE"], [{" ": -0.1}, {" CONT": math.log(0.3), " ST": math.log(0.1)}, {}]), 4)
+    0.25
+    >>> decision_probability(["Hello"], [{"Hello": -0.1, "Hi": -2.0}]) is None
+    True
+    >>> decision_probability(["STOP"], None) is None
+    True
+    """
+    if keyword not in (STOP, CONTINUE):
+        raise ValueError(f"keyword must be {STOP!r} or {CONTINUE!r}, got {keyword!r}")
+    if not tokens or top_logprobs is None:
+        return None
+    position = next((i for i, token in enumerate(tokens) if token.strip()), None)
+    if position is None or position >= len(top_logprobs):
+        return None
+    stop = cont = 0.0
+    for text, logprob in top_logprobs[position].items():
+        if _names_keyword(text, STOP):
+            stop += math.exp(logprob)
+        elif _names_keyword(text, CONTINUE):
+            cont += math.exp(logprob)
+    if stop + cont <= 0.0:
+        return None
+    p = stop / (stop + cont)
+    return p if keyword == STOP else 1.0 - p
 
 
 def completion_text(completion: Any) -> str:

@@ -92,7 +92,7 @@ class DebaterSpec:
         """The decoding settings of agent ``agent`` (agent 0 samples with ``seed`` itself).
 
         >>> DebaterSpec(temperature=1.0, max_tokens=8, seed=5).sampling(1)
-        SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=8, n=1, seed=6, stop=None, logprobs=False)
+        SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=8, n=1, seed=6, stop=None, logprobs=False, top_logprobs=0)
         """
         return SamplingConfig(
             temperature=self.temperature,

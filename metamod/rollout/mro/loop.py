@@ -251,6 +251,7 @@ class MROLoop:
                     "completion_tokens": int(turn.generation.completion_tokens),
                     "parse": decision.parse,
                     "policy_update": _policy_update(roles.controller, trace["id"]),
+                    **({"p_stop": turn.p_stop} if getattr(turn, "reads_p_stop", False) else {}),
                 },
             }
             trace["history"].append(record)

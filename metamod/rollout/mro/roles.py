@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from metamod.llm.base import Conversation, Generation, Generator, SamplingConfig
-from metamod.rewards.moderator import STOP, parse_decision
+from metamod.rewards.moderator import DECISION_TOP_LOGPROBS, STOP, decision_probability, parse_decision
 from metamod.rollout.mro.parse import (
     ACCEPT,
     PATCH,
@@ -104,10 +104,17 @@ class ControllerRequest:
 
 @dataclass
 class ControllerTurn:
-    """A Controller's generation and the decision parsed from it."""
+    """A Controller's generation and the decision parsed from it.
+
+    ``p_stop`` (a moderator Controller only, ``reads_p_stop``): its P(STOP), the probability that it ends the loop
+    (Accept, or Patch when its answer differs), read from the top-k log-probs of the same request
+    (:func:`~metamod.rewards.moderator.decision_probability`; ``None`` when unreadable).
+    """
 
     generation: Generation
     decision: ControllerDecision
+    p_stop: float | None = None
+    reads_p_stop: bool = False
 
 
 @runtime_checkable
@@ -290,5 +297,10 @@ class ModeratorController(_LLMRole):
             )
             for r in requests
         ]
-        generations = self.chat(conversations)
-        return [ControllerTurn(g, moderator_decision(g.text, r)) for r, g in zip(requests, generations, strict=True)]
+        generations = self.chat(conversations, top_logprobs=max(self.sampling.top_logprobs, DECISION_TOP_LOGPROBS))
+        return [
+            ControllerTurn(
+                g, moderator_decision(g.text, r), decision_probability(g.tokens, g.top_logprobs), reads_p_stop=True
+            )
+            for r, g in zip(requests, generations, strict=True)
+        ]
