@@ -137,6 +137,14 @@ def test_older_runs_split_completion_tokens_equally():
     assert curve["accuracy"] == [0.25, 0.5, 0.75]  # the votes do not depend on the token split
 
 
+def test_a_memorys_tokens_count_at_every_k():
+    record = _sc(["4", "4"], [3, 5])
+    record["tokens"].update(memory_prompt=5, memory_completion=7)
+    curve, _ = cot_sc_curve([_row("q", {"single_cot_sc": record})])
+    assert curve["completion_tokens"] == [3 + 7, 8 + 7]
+    assert curve["total_tokens"] == [10 + 3 + 12, 20 + 8 + 12]  # at k = K: every token of the record
+
+
 def test_accuracy_at_a_methods_budget_interpolates_and_tests_both_bracketing_k():
     rows = _budget_rows()
     metrics, _ = task_metrics(rows, ["single_cot_sc", "moderator", "judge", "single_naive"], reference=None)

@@ -151,11 +151,14 @@ def cot_sc_curve(rows: Sequence[Mapping[str, Any]], grade: Grader | None = None)
             split = True
             samples = [int(tokens.get("debater_completion", 0)) / len(answers)] * len(answers)
         prompt = int(tokens.get("debater_prompt", 0)) / len(answers)
-        other = sum(int(tokens.get(k, 0)) for k in TOKEN_KEYS) - int(tokens.get("debater_prompt", 0))
-        other -= int(tokens.get("debater_completion", 0))
-        completion = [sum(samples[:k]) for k in range(1, k_max + 1)]
-        costs["completion"].append(completion)
-        costs["total"].append([k * prompt + c + other for k, c in zip(range(1, k_max + 1), completion, strict=True)])
+        # the record's other tokens (a memory's), counted as method_metrics counts them, the same at every k
+        debater = int(tokens.get("debater_prompt", 0)) + int(tokens.get("debater_completion", 0))
+        other_total = sum(int(tokens.get(k, 0)) for k in TOKEN_KEYS) - debater
+        other_completion = sum(int(v) for k, v in tokens.items() if k.endswith("_completion"))
+        other_completion -= int(tokens.get("debater_completion", 0))
+        sampled = [sum(samples[:k]) for k in range(1, k_max + 1)]
+        costs["completion"].append([c + other_completion for c in sampled])
+        costs["total"].append([k * prompt + c + other_total for k, c in zip(range(1, k_max + 1), sampled, strict=True)])
         kind, choices = row["kind"], row.get("choices")
         correct[_key(row)] = [
             grade(
@@ -326,7 +329,9 @@ def equal_tokens_cell(budget: Mapping[str, Any], task: str, method: str) -> str:
     return _point_text(((budget.get(task) or {}).get("cot_sc") or {}).get("at_budget", {}).get(method, {}).get("total"))
 
 
-def budget_rows(budget: Mapping[str, Any], tasks: Sequence[str], labels: Mapping[str, str], method: str | None) -> list:
+def budget_rows(
+    budget: Mapping[str, Any], tasks: Sequence[str], labels: Mapping[str, str], method: str | None
+) -> list[str]:
     """The accuracy table's rows "CoT-SC at <label>'s budget", on total and on completion tokens, each cell with the
     exact McNemar p of ``method`` against the bracketing k (one p when the budget hits a k); [] without a CoT-SC
     curve or ``method``.
