@@ -215,7 +215,8 @@ def plot_flips(flips: dict[str, dict[str, dict[str, Any]]], labels: dict[str, st
         ax.set_xlabel("round t (flip between t-1 and t)")
         ax.set_ylabel("answers flipped (all agents)")
         ax.set_title(f"{title} ({task})")
-        ax.legend(fontsize=5)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=5)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

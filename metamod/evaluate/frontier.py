@@ -452,7 +452,8 @@ def plot_frontier(
         ax.set_xlabel("mean total tokens per question")
         ax.set_ylabel("accuracy")
         ax.set_title(f"{title} ({task})")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
