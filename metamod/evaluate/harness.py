@@ -54,6 +54,8 @@ from .cells import (
     read_samples,
 )
 from .config import EvalConfig
+from .flips import debate_flips
+from .frontier import budget_matched, frontier_points
 from .inputs import check_cached_traces, load_inputs
 from .memories import (
     SHARED_KEY,
@@ -72,7 +74,15 @@ from .memory_metrics import batch_metrics, half_gains
 from .methods import build_method, check_method_kinds, method_spec
 from .metrics import task_metrics
 from .replay import replay, run_live
-from .report import gold_labels, markdown_tables, structure_table, versions, write_plots
+from .report import (
+    analysis_tables,
+    gold_labels,
+    markdown_tables,
+    structure_table,
+    versions,
+    write_analysis_plots,
+    write_plots,
+)
 from .stop_curve import check_stop_curve, stop_curve_section, write_stop_plots
 
 logger = logging.getLogger(__name__)
@@ -339,11 +349,16 @@ def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_confi
             if row.get("seed", 0) in config.seeds:
                 by_task.setdefault(row["task"], []).append(row)
     results, significance, n_samples = {}, {}, {}
+    frontier, budget, flips, grade = {}, {}, {}, Grader()
     for task, task_rows in by_task.items():
         results[task], significance[task] = task_metrics(task_rows, config.methods, reference=config.reference_method)
         for method, metrics in results[task].items():
             metrics.update(batch_metrics(task_rows, method))
             metrics.update(half_gains(task_rows, method, config.reference_method))
+        # equal compute and per-round flips (docs/evaluation.md, "Equal compute and flips")
+        frontier[task] = frontier_points(results[task])
+        budget[task] = budget_matched(task_rows, results[task], grade)
+        flips[task] = debate_flips(task_rows, list(results[task]), grade)
         n_samples[task] = {
             "questions": len({r["id"] for r in task_rows}),
             "rows": len(task_rows),
@@ -359,6 +374,9 @@ def compute_results(rows: list[dict[str, Any]], config: EvalConfig, memory_confi
             "test": "exact McNemar (two-sided)",
             "by_task": significance,
         },
+        "frontier": frontier,
+        "budget_matched": budget,
+        "flips": flips,
         "labels": gold_labels(labels, gold_use),
         "gold_use": gold_use,
         "simulated": simulated,
@@ -532,12 +550,19 @@ def _evaluate(
     atomic_write_text(
         output_dir / TABLE_FILE,
         markdown_tables(
-            document["results"], document["labels"], simulated=document["simulated"], gold_use=document["gold_use"]
+            document["results"],
+            document["labels"],
+            simulated=document["simulated"],
+            gold_use=document["gold_use"],
+            budget=document["budget_matched"],
+            reference=config.reference_method,
         )
-        + structure_table(document.get("memories", {}), document["labels"]),
+        + structure_table(document.get("memories", {}), document["labels"])
+        + analysis_tables(document),
     )
     if config.plots and document["results"]:
         write_plots(document["results"], document["labels"], output_dir / "plots", simulated=document["simulated"])
+        write_analysis_plots(document, output_dir / "plots")
     if config.plots and document.get("stop_curve"):
         write_stop_plots(document["stop_curve"], document["labels"], output_dir / "plots", document["simulated"])
     return document

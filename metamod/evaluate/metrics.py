@@ -235,6 +235,7 @@ def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | 
     # generated tokens only (MC²'s #Tokens counts decoding tokens): every *_completion key
     completion = [sum(int(v) for k, v in (r.get("tokens") or {}).items() if k.endswith("_completion")) for r in records]
     out["completion_tokens_per_question"] = mean(completion) if completion else 0.0
+    out["completion_tokens_per_question_stderr"] = _stderr(completion)
     # the prompt budget (metamod.llm.budget): questions with a prompt cut to fit, and with one that could not fit
     # (graded wrong); always reported, so a paper run shows 0 when nothing was cut
     out["prompt_cut_questions"] = sum(1 for r in records if r.get("prompt_cuts"))

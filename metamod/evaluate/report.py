@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .flips import flips_table, plot_flips
+from .frontier import budget_rows, equal_tokens_cell, frontier_table, plot_frontier
+
 logger = logging.getLogger(__name__)
 
 
@@ -68,6 +71,8 @@ def markdown_tables(
     *,
     simulated: bool,
     gold_use: Mapping[str, str | None] | None = None,
+    budget: Mapping[str, Any] | None = None,
+    reference: str | None = None,
 ) -> str:
     """Two markdown tables: accuracy (methods x tasks, with 95% intervals and the average), and
     rounds / coverage / mis-aggregation / tokens per method and task.
@@ -77,6 +82,9 @@ def markdown_tables(
         labels: display name per method (methods using gold signals already marked, :func:`gold_labels`).
         simulated: label the tables as simulated.
         gold_use: per method, the gold-derived signal it uses (a footnote under the accuracy table).
+        budget: the ``budget_matched`` results (:mod:`metamod.evaluate.frontier`): a row "CoT-SC at <reference>'s
+            budget" in the accuracy table and a column "CoT-SC at equal tokens" in the rounds table.
+        reference: the method whose budget that row matches.
 
     Returns:
         Markdown text.
@@ -103,6 +111,7 @@ def markdown_tables(
             cells.append(f"{_pct(r['accuracy'])} [{_pct(r['accuracy_ci_low'])}, {_pct(r['accuracy_ci_high'])}]")
         avg = _pct(sum(accs) / len(accs)) if accs else "-"
         lines.append(f"| {labels.get(m, m)} | " + " | ".join(cells) + f" | {avg} |")
+    lines += budget_rows(budget or {}, tasks, labels, reference)
     lines += gold_footnote(labels, gold_use or {})
     lines += [
         "",
@@ -111,8 +120,8 @@ def markdown_tables(
         f"## Rounds, coverage and mis-aggregation{tag}",
         "",
         "| Method | Task | n | mean rounds | coverage (%) | mis-aggregation | correct w/o coverage | "
-        "tokens/question | format-valid (%) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "tokens/question | format-valid (%) | CoT-SC at equal tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in methods:
         for task in tasks:
@@ -124,7 +133,7 @@ def markdown_tables(
             lines.append(
                 f"| {labels.get(m, m)} | {task} | {r['n']} | {rounds} | {_pct(r['coverage'])} | "
                 f"{r['mis_aggregation']} | {r.get('correct_without_coverage', 0)} | "
-                f"{r['tokens_per_question']:.0f} | {valid} |"
+                f"{r['tokens_per_question']:.0f} | {valid} | {equal_tokens_cell(budget or {}, task, m)} |"
             )
     lines += _mro_table(results, labels, methods, tag)
     lines += _batch_table(results, labels, methods, tag)
@@ -340,3 +349,37 @@ def structure_table(memories: Mapping[str, Mapping[str, Any]], labels: Mapping[s
         )
         + "\n"
     )
+
+
+def analysis_tables(document: Mapping[str, Any]) -> str:
+    """The ``table.md`` sections of the equal-compute frontier and the per-round flips of a ``results.json``
+    document ("" for a document from before them)."""
+    tag = " -- simulated debaters" if document.get("simulated") else ""
+    labels = document.get("labels", {})
+    return frontier_table(document.get("frontier") or {}, document.get("budget_matched") or {}, labels, tag) + (
+        flips_table(document.get("flips") or {}, labels, tag)
+    )
+
+
+def write_analysis_plots(document: Mapping[str, Any], output_dir: Path) -> list[Path]:
+    """``frontier.png`` (accuracy vs total tokens with the budget curves) and ``flips.png`` (per-round flips of the
+    debate methods), when the document has them.
+
+    Returns:
+        The written PNG paths.
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    suffix = " (simulated)" if document.get("simulated") else ""
+    labels = document.get("labels", {})
+    written = []
+    if document.get("frontier"):
+        path = output_dir / "frontier.png"
+        plot_frontier(
+            document["frontier"], document.get("budget_matched") or {}, labels, path, "Equal compute" + suffix
+        )
+        written.append(path)
+    if any((document.get("flips") or {}).values()):
+        path = output_dir / "flips.png"
+        plot_flips(document["flips"], labels, path, "Per-round flips" + suffix)
+        written.append(path)
+    return written

@@ -5,7 +5,8 @@
 ``single_cot``         template ``single_cot``: step-by-step reasoning, then the answer.
 ``single_reflection``  a three-turn conversation: CoT answer, self-critique (``single_reflection_critique``),
                        revised answer (``single_reflection_revise``); the revised answer counts.
-``single_cot_sc``      self-consistency: ``k`` CoT samples (``sampling.n = k``), majority vote of their answers.
+``single_cot_sc``      self-consistency: ``k`` CoT samples (``sampling.n = k``), majority vote of their answers;
+                       the record's ``details.sample_completion_tokens`` lists each sample's completion tokens.
 =====================  =================================================================================
 
 With an LLM (``LayerContext.agent``) each step of each method is ONE batched ``generator.chat`` call over all
@@ -199,6 +200,8 @@ class SingleCoTSC(SingleAgentMethod):
         for ex, o, gens in zip(examples, outcomes, per_example, strict=True):
             for g in gens:
                 o.add(g)
+            # per sample, in sample order: what vote@k at k < K costs (metamod.evaluate.frontier)
+            o.details["sample_completion_tokens"] = [g.completion_tokens for g in gens]
             o.answer = majority_answer(
                 o.answers, kind=ex.kind, choices=ex.choices, seed=self.context.seed, question_id=ex.id
             )
