@@ -70,6 +70,10 @@ class StepDecision:
             that was not format-valid (``valid=False``); always ``False`` before the last round and for the judge.
         prompt_tokens: prompt tokens the layer itself spent on this decision.
         completion_tokens: completion tokens the layer itself spent on this decision.
+        details: layer-specific, JSON-ready extras written with the decision (a gate's signal and value,
+            :mod:`metamod.evaluate.gate`); ``None``: none, and no key in :meth:`to_dict`.
+        answers: answers the layer drew itself (a gate's self-consistency samples), counted in the record's
+            ``seen_answers`` (coverage).
     """
 
     stop: bool
@@ -79,9 +83,11 @@ class StepDecision:
     lenient: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    details: dict[str, Any] | None = field(default=None, repr=False)
+    answers: list[str | None] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "stop": self.stop,
             "answer": self.answer,
             "raw": self.raw,
@@ -90,6 +96,9 @@ class StepDecision:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
         }
+        if self.details is not None:
+            out["details"] = self.details
+        return out
 
 
 def _greedy(max_tokens: int) -> SamplingConfig:
