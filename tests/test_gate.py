@@ -287,6 +287,11 @@ def test_gate_rows_from_the_cli_on_the_simulated_config(tmp_path, capsys):
         gate = [r["decisions"][0]["details"]["gate"] for r in records]
         assert all((g["fired"]) == (r["stop_round"] == 0) for g, r in zip(gate, records, strict=True))
         assert results[method]["accuracy"] == pytest.approx(sum(r["correct"] for r in records) / 12)
+        stopped = [r["correct"] for g, r in zip(gate, records, strict=True) if g["fired"]]
+        assert results[method]["gate_stops"] == len(stopped) and 0 < len(stopped) < 12
+        assert results[method]["gate_stop_accuracy"] == pytest.approx(sum(stopped) / len(stopped))
+        assert results[method]["gate_signal_mean"] == pytest.approx(sum(g["value"] for g in gate) / 12)
+    assert "gate_stops" not in results["majority_vote"]
     # the self-consistency gate pays single_cot_sc's samples on every question, and the debate's rounds on top
     for row in rows:
         sc, gated = row["methods"]["single_cot_sc"], row["methods"]["gate_sc_majority"]
