@@ -71,7 +71,7 @@ def test_gate_rows_follow_their_delegate():
     assert all(s.replays_debates for s in gates.values())
     assert gates["gate_agree_majority"].label == "Gate (round-0 agreement) -> MAD (Majority Voting)"
     assert gates["gate_sc_moderator"].label == "Gate (self-consistency) -> Meta-Moderator"
-    assert gates["gate_sc_moderator"].needs == ("moderator",) and gates["gate_share_majority"].needs == ()
+    assert gates["gate_sc_moderator"].needs == ("moderator", "agent") and gates["gate_share_majority"].needs == ()
     assert gates["gate_sc_majority"].knobs == ("sc_samples",) and gates["gate_share_majority"].knobs == ()
     custom = gate_row("my_gate", "vote_share", "adjudication_only")
     assert custom.needs == ("moderator",) and custom.knobs == ("fixed_rounds",)
@@ -79,6 +79,17 @@ def test_gate_rows_follow_their_delegate():
         gate_row("bad", "agree", "single_cot")
     with pytest.raises(ConfigError, match="signal must be one of"):
         gate_row("bad", "confidence", "majority_vote")
+
+
+def test_self_consistency_rows_load_the_debater_model_even_with_reused_traces(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(json.dumps(make_trace("q", [["1", "2"]])) + "\n")
+    llm = dict(debaters="hf", debater_model="some/model", traces=str(traces))
+    assert EvalConfig(methods=["gate_sc_majority"], **llm).needs() == {"agent"}
+    assert EvalConfig(methods=["gate_share_majority"], **llm).needs() == set()
+    assert EvalConfig(methods=["gate_sc_moderator"]).needs() == {"moderator"}  # simulated: the debaters sample
+    with pytest.raises(ValueError, match="needs a agent generator"):
+        build_method("gate_sc_majority", LayerContext(max_rounds=3))
 
 
 # --------------------------------------------------------------------------------------------- round-0 signals

@@ -195,6 +195,8 @@ class DecisionLayer(ABC):
     def __init__(self, context: LayerContext, spec: Any):
         self.context, self.spec, self.name = context, spec, spec.name
         for need in spec.needs:
+            if need == "agent" and context.simulated_agent is not None:  # simulated debaters stand in for it
+                continue
             if getattr(context, need) is None:
                 raise ValueError(
                     f"method {self.name!r} needs a {need} generator; configure it (see docs/evaluation.md)"

@@ -52,7 +52,9 @@ class MethodSpec:
         runner: ``package.module:Class`` of the class that runs it, called as ``Class(context, spec)``.
         loop: one of :data:`LOOPS`.
         needs: the :class:`~metamod.evaluate.decision.LayerContext` generators it calls besides the agent
-            (``moderator``, ``moderator_base``, ``judge``); a moderator-type method calls ``needs[0]``.
+            (``moderator``, ``moderator_base``, ``judge``); a moderator-type method calls ``needs[0]``. A debate
+            row that also samples the debater model lists ``agent`` (a self-consistency gate; simulated debaters
+            stand in for it).
         memory: a memory it brings itself (a :data:`metamod.memory.MEMORIES` name), saved per seed and method.
         memory_defaults: that memory's option defaults for this method (under ``memory_options``; a row-defining
             default a method checks, like MARCO v2's ``condense: false``, must not be overridden).
@@ -245,7 +247,8 @@ GATE_SIGNALS = {
 
 
 def gate_row(name: str, signal: str, then: str) -> MethodSpec:
-    """A gate row: ``signal`` at round 0, the debate row ``then`` after; needs and knobs follow ``then``.
+    """A gate row: ``signal`` at round 0, the debate row ``then`` after; needs and knobs follow ``then`` (plus the
+    agent and ``sc_samples`` for ``self_consistency``).
 
     >>> row = gate_row("my_gate", "agree", "stopping_only")
     >>> row.label, row.needs, row.settings["then"]
@@ -257,11 +260,18 @@ def gate_row(name: str, signal: str, then: str) -> MethodSpec:
     if delegate is None or not delegate.replays_debates:
         debate_rows = sorted(n for n, s in _BY_NAME.items() if s.replays_debates)
         raise ConfigError(f"gate row {name!r}: then must be one of the debate rows {debate_rows}, got {then!r}")
-    knobs = delegate.knobs + (("sc_samples",) if signal == "self_consistency" else ())
+    sampled = signal == "self_consistency"  # samples the debater model: the agent (simulated: the debaters)
+    knobs = delegate.knobs + (("sc_samples",) if sampled else ())
     label = f"Gate ({GATE_SIGNALS[signal]}) -> {delegate.label}"
     settings = {"signal": signal, "then": then}
     return MethodSpec(
-        name, label, "metamod.evaluate.gate:Gate", "debate", delegate.needs, knobs=knobs, settings=settings
+        name,
+        label,
+        "metamod.evaluate.gate:Gate",
+        "debate",
+        delegate.needs + (("agent",) if sampled else ()),
+        knobs=knobs,
+        settings=settings,
     )
 
 
