@@ -331,6 +331,8 @@ class EvalConfig:
             needed.update(method_spec(m).needs)
         if self.single_methods() and self.debaters != "simulated":
             needed.add("agent")
+        if self.debaters == "simulated":  # the simulated debaters stand in for the agent (e.g. a gate's samples)
+            needed.discard("agent")
         return needed
 
     def task_config(self, task: str) -> Any:

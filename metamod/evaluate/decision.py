@@ -81,6 +81,10 @@ class StepDecision:
             cannot be read. Written (``to_dict``) only for decisions that called the moderator.
         answer_source: where a ``moderator_threshold`` answer came from (``moderator``, ``majority``, ``forced``);
             ``None`` (and not written) for every other layer.
+        details: layer-specific, JSON-ready extras written with the decision (a gate's signal and value,
+            :mod:`metamod.evaluate.gate`); ``None``: none, and no key in :meth:`to_dict`.
+        answers: answers the layer drew itself (a gate's self-consistency samples), counted in the record's
+            ``seen_answers`` (coverage).
     """
 
     stop: bool
@@ -92,6 +96,8 @@ class StepDecision:
     completion_tokens: int = 0
     p_stop: float | None = None
     answer_source: str | None = None
+    details: dict[str, Any] | None = field(default=None, repr=False)
+    answers: list[str | None] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -107,6 +113,8 @@ class StepDecision:
             out["p_stop"] = self.p_stop
         if self.answer_source is not None:
             out["answer_source"] = self.answer_source
+        if self.details is not None:
+            out["details"] = self.details
         return out
 
 
@@ -204,6 +212,8 @@ class DecisionLayer(ABC):
     def __init__(self, context: LayerContext, spec: Any):
         self.context, self.spec, self.name = context, spec, spec.name
         for need in spec.needs:
+            if need == "agent" and context.simulated_agent is not None:  # simulated debaters stand in for it
+                continue
             if getattr(context, need) is None:
                 raise ValueError(
                     f"method {self.name!r} needs a {need} generator; configure it (see docs/evaluation.md)"

@@ -20,7 +20,7 @@ A method of your own is a :class:`MethodSpec` in your package, named in the conf
 >>> method_spec("bc_refit").memory_defaults
 {'online': True, 'refit': True}
 >>> sorted(name for name, s in METHODS.items() if s.loop == "debate")[:3]
-['adjudication_only', 'consensus', 'judge']
+['adjudication_only', 'consensus', 'gate_agree_majority']
 >>> method_spec("majority")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
@@ -52,7 +52,9 @@ class MethodSpec:
         runner: ``package.module:Class`` of the class that runs it, called as ``Class(context, spec)``.
         loop: one of :data:`LOOPS`.
         needs: the :class:`~metamod.evaluate.decision.LayerContext` generators it calls besides the agent
-            (``moderator``, ``moderator_base``, ``judge``); a moderator-type method calls ``needs[0]``.
+            (``moderator``, ``moderator_base``, ``judge``); a moderator-type method calls ``needs[0]``. A debate
+            row that also samples the debater model lists ``agent`` (a self-consistency gate; simulated debaters
+            stand in for it).
         memory: a memory it brings itself (a :data:`metamod.memory.MEMORIES` name), saved per seed and method.
         memory_defaults: that memory's option defaults for this method (under ``memory_options``; a row-defining
             default a method checks, like MARCO v2's ``condense: false``, must not be overridden).
@@ -243,8 +245,54 @@ _ROWS: tuple[MethodSpec, ...] = (
     _cheatsheet("ace_cold", "ACE (cold start)", "ace", {"cold_start": True}),
 )
 
+#: the gate baseline's round-0 signals (:mod:`metamod.evaluate.gate`), as its rows' labels name them
+GATE_SIGNALS = {
+    "agree": "round-0 agreement",
+    "vote_share": "round-0 vote share",
+    "self_consistency": "self-consistency",
+}
+
+
+def gate_row(name: str, signal: str, then: str) -> MethodSpec:
+    """A gate row: ``signal`` at round 0, the debate row ``then`` after; needs and knobs follow ``then`` (plus the
+    agent and ``sc_samples`` for ``self_consistency``).
+
+    >>> row = gate_row("my_gate", "agree", "stopping_only")
+    >>> row.label, row.needs, row.settings["then"]
+    ('Gate (round-0 agreement) -> Stopping-only', ('moderator',), 'stopping_only')
+    """
+    if signal not in GATE_SIGNALS:
+        raise ConfigError(f"gate row {name!r}: signal must be one of {sorted(GATE_SIGNALS)}, got {signal!r}")
+    delegate = _BY_NAME.get(then)
+    if delegate is None or not delegate.replays_debates:
+        debate_rows = sorted(n for n, s in _BY_NAME.items() if s.replays_debates)
+        raise ConfigError(f"gate row {name!r}: then must be one of the debate rows {debate_rows}, got {then!r}")
+    sampled = signal == "self_consistency"  # samples the debater model: the agent (simulated: the debaters)
+    knobs = delegate.knobs + (("sc_samples",) if sampled else ())
+    label = f"Gate ({GATE_SIGNALS[signal]}) -> {delegate.label}"
+    settings = {"signal": signal, "then": then}
+    return MethodSpec(
+        name,
+        label,
+        "metamod.evaluate.gate:Gate",
+        "debate",
+        delegate.needs + (("agent",) if sampled else ()),
+        knobs=knobs,
+        settings=settings,
+    )
+
+
+_BY_NAME = {spec.name: spec for spec in _ROWS}
+#: the gate rows (docs/evaluation.md, "Gate baseline"): each signal before majority vote, consensus and Meta-Moderator
+_GATES = tuple(
+    gate_row(f"gate_{short}_{then_short}", signal, then)
+    for then_short, then in (("majority", "majority_vote"), ("consensus", "consensus"), ("moderator", "moderator"))
+    for short, signal in (("agree", "agree"), ("share", "vote_share"), ("sc", "self_consistency"))
+    if (signal, then) != ("agree", "consensus")  # consensus already stops on round-0 agreement: that row IS consensus
+)
+
 #: every evaluation method: the ONE table
-METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in _ROWS}
+METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (*_ROWS, *_GATES)}
 
 
 def method_spec(name: str) -> MethodSpec:

@@ -248,6 +248,9 @@ def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | 
     from .mro_metrics import mro_metrics
 
     out.update(mro_metrics(records))
+    from .gate_metrics import gate_metrics
+
+    out.update(gate_metrics(records))
     if seeds is not None and len(set(seeds)) > 1:
         per_seed = []
         for seed in sorted(set(seeds)):

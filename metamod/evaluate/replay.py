@@ -63,7 +63,8 @@ def outcome_record(trace: dict[str, Any], decisions: Sequence[StepDecision]) -> 
         "rounds": stop + 1,
         "decisions": [{"round": t, **d.to_dict()} for t, d in enumerate(decisions)],
         "valid": [d.valid for d in decisions if d.valid is not None],
-        "seen_answers": [r.get("answer") for rnd in trace["rounds"][: stop + 1] for r in rnd["responses"]],
+        "seen_answers": [r.get("answer") for rnd in trace["rounds"][: stop + 1] for r in rnd["responses"]]
+        + [a for d in decisions for a in d.answers],  # answers a layer drew itself (a gate's samples)
         "tokens": {
             "debater_prompt": d_prompt,
             "debater_completion": d_completion,
