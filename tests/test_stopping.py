@@ -179,6 +179,26 @@ def test_stop_curve_config_checks(tmp_path):
         check_eval(EvalConfig(methods=["majority_vote", "moderator_prompted"], mode="live", moderator_base="m", **base))
 
 
+def test_moderator_top_logprobs_zero_asks_for_none_and_the_threshold_tools_refuse(tmp_path):
+    """A server that rejects log-probs: moderator_top_logprobs: 0 asks for none, p_stop is null, and the rows and
+    the curve that need P(STOP) refuse instead of running blind."""
+    from dataclasses import replace
+
+    from metamod.evaluate.harness import check_eval
+
+    context = LayerContext(max_rounds=3, moderator=PlannedModerator())
+    context.moderator_sampling = replace(context.moderator_sampling, top_logprobs=0)
+    record = replay(build_method("moderator", context), _traces())[0]
+    assert record["decisions"][0]["p_stop"] is None and record["decisions"][0]["stop"] is True
+    with pytest.raises(ConfigError, match="returned none"):
+        replay(build_method("moderator_threshold", context), _traces())
+    base = dict(tasks=["arith"], limit=2, output_dir=str(tmp_path / "x"), stop_curve=True, moderator_base="m")
+    with pytest.raises(ConfigError, match="moderator_top_logprobs: 0"):
+        check_eval(EvalConfig(methods=["moderator_prompted"], moderator_top_logprobs=0, **base))
+    with pytest.raises(ConfigError, match=r"moderator_top_logprobs must be in \[0, 20\]"):
+        EvalConfig(tasks=["arith"], methods=["majority_vote"], moderator_top_logprobs=21)
+
+
 # --------------------------------------------------------------------------------------------- end to end
 
 

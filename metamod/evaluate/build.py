@@ -216,7 +216,10 @@ def layer_context(
         moderator_base=generators.get("moderator_base"),
         judge=generators.get("judge"),
         moderator_sampling=SamplingConfig(
-            temperature=config.moderator_temperature, max_tokens=config.moderator_max_tokens, seed=seed
+            temperature=config.moderator_temperature,
+            max_tokens=config.moderator_max_tokens,
+            seed=seed,
+            top_logprobs=config.moderator_top_logprobs,
         ),
         judge_sampling=SamplingConfig(temperature=0.0, max_tokens=config.judge_max_tokens, seed=seed),
         fixed_rounds=config.fixed_rounds,

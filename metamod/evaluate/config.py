@@ -156,6 +156,14 @@ class EvalConfig:
     moderator_temperature: float = field(
         default=0.0, metadata={"help": "Moderator temperature (0 = greedy, which makes replay equal live)."}
     )
+    moderator_top_logprobs: int = field(
+        default=10,
+        metadata={
+            "help": "Top-k log-probs asked for in the moderator's own call, to read its P(STOP) (p_stop) at no "
+            "extra generation; 0: do not ask (a server that rejects logprobs): p_stop is then null, and "
+            "moderator_threshold and stop_curve refuse to run. At most 20."
+        },
+    )
     judge_model: str | None = field(
         default=None, metadata={"help": "LLM judge model. None: the moderator base model, else the debater model."}
     )
@@ -263,6 +271,10 @@ class EvalConfig:
         for name in ("temperature", "moderator_temperature"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0 (0 = greedy), got {getattr(self, name)}")
+        if not 0 <= self.moderator_top_logprobs <= 20:
+            raise ConfigError(
+                f"moderator_top_logprobs must be in [0, 20] (0: do not ask), got {self.moderator_top_logprobs}"
+            )
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if "adjudication_only" in self.methods and self.fixed_rounds > self.max_rounds:

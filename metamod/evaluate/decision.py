@@ -154,7 +154,9 @@ class LayerContext:
     moderator: Generator | None = None
     moderator_base: Generator | None = None
     judge: Generator | None = None
-    moderator_sampling: SamplingConfig = field(default_factory=lambda: _greedy(64))
+    moderator_sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(temperature=0.0, max_tokens=64, top_logprobs=DECISION_TOP_LOGPROBS)
+    )
     judge_sampling: SamplingConfig = field(default_factory=lambda: _greedy(512))
     fixed_rounds: int = 3
     agent: Generator | None = None
@@ -326,7 +328,8 @@ class Moderator(DecisionLayer):
         Before the last round (``final=False``) only a format-valid ``STOP`` stops, with its answer; anything else
         continues. At the forced last round (``final=True``) every debate stops with :func:`final_answer` of the
         output. ``valid`` is the strict protocol verdict either way. The call asks for the top
-        :data:`DECISION_TOP_LOGPROBS` log-probs (nothing extra is generated) and records ``p_stop``.
+        ``moderator_sampling.top_logprobs`` log-probs (EvalConfig ``moderator_top_logprobs``, default
+        :data:`DECISION_TOP_LOGPROBS`; nothing extra is generated) and records ``p_stop`` (``None`` when 0).
         """
         moderator = self._llm(self.generator, self.context.moderator_sampling, "moderator")
         conversations = [
@@ -337,7 +340,7 @@ class Moderator(DecisionLayer):
             )
             for d in debates
         ]
-        top = max(self.context.moderator_sampling.top_logprobs, DECISION_TOP_LOGPROBS)
+        top = self.context.moderator_sampling.top_logprobs  # EvalConfig.moderator_top_logprobs (0: not asked)
         outputs = moderator.chat(conversations, top_logprobs=top)
         self.top_logprobs_returned = any(g.top_logprobs is not None for g in outputs)
         decisions = []

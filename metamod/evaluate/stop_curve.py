@@ -72,6 +72,8 @@ def check_stop_curve(config: Any, memory_on: bool) -> None:
         return
     if config.mode != "replay":
         raise ConfigError("stop_curve needs mode: replay (the curve replays the shared debates); got mode: live")
+    if config.moderator_top_logprobs == 0:
+        raise ConfigError("stop_curve reads P(STOP) from the moderator's log-probs; got moderator_top_logprobs: 0")
     if memory_on:
         raise ConfigError("stop_curve does not support a memory (the moderator's guidance changes per batch)")
     if not curve_roles(config.methods):
@@ -91,6 +93,7 @@ def role_fingerprint(settings_fp: str, role: str, spec: Any, config: Any) -> str
             "model": dataclasses.asdict(spec) if dataclasses.is_dataclass(spec) else repr(spec),
             "moderator_max_tokens": config.moderator_max_tokens,
             "moderator_temperature": config.moderator_temperature,
+            "moderator_top_logprobs": config.moderator_top_logprobs,
         }
     )
 
