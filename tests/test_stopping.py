@@ -248,7 +248,7 @@ def test_tiny_model_sweep_reproduces_the_threshold_row_at_one_half(tmp_path, tin
 
 
 def test_mro_controller_sweep_counts_what_the_record_cannot_show():
-    from metamod.evaluate.mro_stopping import controller_stop_details, controller_stopping, stop_sweep
+    from metamod.evaluate.mro.stopping import controller_stop_details, controller_stopping, stop_sweep
 
     def record(action, p, eta, answer_correct):
         return {"eta": eta, "controller": {"action": action, "p_stop": p, "answer_correct": answer_correct}}

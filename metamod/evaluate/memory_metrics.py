@@ -7,7 +7,7 @@ record with a memory ``memory_items`` (the ids its memory served). Per method:
   ``accuracy_by_batch_per_seed``: the same per seed (``{"0": [...], ...}``);
 * ``memory_items_per_question``: mean number of memory items shown per question (methods with a memory);
 * MRO methods: ``mean_iterations_by_batch`` and ``action_shares_by_batch`` (per batch, the share of Accept / Patch /
-  Restart at each iteration; :func:`metamod.evaluate.mro_metrics.mro_metrics`).
+  Restart at each iteration; :func:`metamod.evaluate.mro.metrics.mro_metrics`).
 
 >>> rows = [{"seed": 0, "memory_batch": b, "methods": {"m": {"correct": c, "memory_items": ["L1"] * b}}}
 ...         for b, c in [(0, False), (0, True), (1, True), (1, True)]]
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from statistics import mean
 from typing import Any
 
-from .mro_metrics import mro_metrics
+from .mro.metrics import mro_metrics
 
 
 def batch_metrics(rows: Sequence[dict[str, Any]], method: str) -> dict[str, Any]:

@@ -90,7 +90,7 @@ class MethodSpec:
 
 
 _D, _S = "metamod.evaluate.decision:", "metamod.evaluate.single:"
-_MRO, _MARCO = "metamod.evaluate.mro_methods:", "metamod.evaluate.marco_methods:"
+_MRO, _MARCO = "metamod.evaluate.mro.methods:", "metamod.evaluate.marco_methods:"
 _CODE, _BASE = "metamod.evaluate.code_baselines:", "metamod.evaluate.baselines."
 _COT = _S + "SingleAgentMethod"
 _MRO_KNOBS = ("max_iterations", "mro_simulation")

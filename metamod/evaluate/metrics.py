@@ -245,7 +245,7 @@ def method_metrics(records: Sequence[dict[str, Any]], *, seeds: Sequence[int] | 
         out["format_valid_rate"] = sum(validity) / len(validity)
         out["moderator_calls"] = len(validity)
         out["lenient_final_answers"] = sum(1 for r in records for d in (r.get("decisions") or []) if d.get("lenient"))
-    from .mro_metrics import mro_metrics
+    from .mro.metrics import mro_metrics
 
     out.update(mro_metrics(records))
     from .gate_metrics import gate_metrics

@@ -1,5 +1,5 @@
 """The MRO roles of ``metamod rollout`` (``loop: mro``) from its ``roles`` setting. (The evaluation's MRO methods
-build theirs from the evaluation's own generators, the agent model and the moderator: evaluate/mro_methods.py.)
+build theirs from the evaluation's own generators, the agent model and the moderator: evaluate/mro/methods.py.)
 
 The ``roles`` setting is one of:
 

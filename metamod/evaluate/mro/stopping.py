@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .stop_curve import GRID, threshold_grid
+from ..stop_curve import GRID, threshold_grid
 
 #: the Controller's actions (MC² trace schema)
 _ACCEPT, _PATCH = 1, 2
@@ -83,7 +83,7 @@ def stop_sweep(details: Sequence[Mapping[str, Any]], thresholds: Sequence[float]
 
 def controller_reliability(details: Sequence[Mapping[str, Any]], bins: int = 10) -> dict[str, Any]:
     """P(STOP) of the non-forced iterations binned against the iteration's correctness (eta), with the ECE."""
-    from .stop_curve import reliability
+    from ..stop_curve import reliability
 
     questions = []
     for d in details:

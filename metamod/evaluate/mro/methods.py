@@ -25,7 +25,7 @@ role); in the simulated world they are the simulated roles of :mod:`metamod.roll
 
 The samples row of each question carries ``details["mro"]``: iterations used, terminal status, the action and the
 candidate's correctness (``eta``) at each iteration, and which parse fallbacks fired; the metrics
-(:mod:`metamod.evaluate.mro_metrics`) read it for action shares per iteration and control accuracy.
+(:mod:`metamod.evaluate.mro.metrics`) read it for action shares per iteration and control accuracy.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from metamod.rollout.mro.simulated import MROSimulationConfig, simulated_roles
 from metamod.tasks.base import Example
 from metamod.tasks.grading import extract_answer
 
-from .baselines._common import read_options
-from .mro_stopping import controller_stop_details
-from .single import SingleAgentMethod, SingleOutcome
+from ..baselines._common import read_options
+from ..single import SingleAgentMethod, SingleOutcome
+from .stopping import controller_stop_details
 
 
 @dataclass

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from statistics import mean
 from typing import Any
 
-from .mro_stopping import controller_stopping
+from .stopping import controller_stopping
 
 ACTIONS = {1: "accept", 2: "patch", 3: "restart"}
 _OK_PARSES = frozenset({"ok", "tagged", "json"})
