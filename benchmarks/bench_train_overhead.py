@@ -1,10 +1,18 @@
-"""Seconds per GRPO step through ``metamod train`` vs a plain TRL script with the same model, data and config.
+"""Seconds per GRPO step: ``metamod train`` (shared prompt prefixes on and off) vs a plain TRL script.
 
-Both paths run in this one process, alternating (metamod, plain, metamod, plain, ...), on the offline tiny model and
-a hand-built moderator dataset; the per-step time is ``train_runtime / max_steps`` as the HF Trainer measures it
-(setup such as checks, dataset loading and model loading is excluded on both sides). Target ratio <= 1.05.
+All arms run in this one process, alternating (metamod, metamod without shared prefixes, plain TRL, metamod, ...),
+with the same model, data, LoRA and settings; the per-step time is ``train_runtime / max_steps`` as the HF Trainer
+measures it (checks, dataset and model loading are excluded on every side), and each step is split into generation
+(``_generate_single_turn``) and the rest (the loss forward and backward, the optimiser, the rewards).
+
+* ``--model tiny`` (default): the offline tiny model on a hand-built dataset, 16 completions of <= 8 tokens: the
+  overhead check (target ratio metamod / plain <= 1.02).
+* ``--model smollm2-135m-instruct --dataset <moderator dataset>``: the real CPU world, 2 prompts x 4 completions of
+  <= 16 tokens at temperature 0.7 (configs/train/smol_moderator.yaml), LoRA r 8 (target <= 12 s per step).
 
     .venv/bin/python benchmarks/bench_train_overhead.py [--steps 10] [--repeats 3]
+    .venv/bin/python benchmarks/bench_train_overhead.py --model smollm2-135m-instruct \
+        --dataset benchmarks/results/smol_world/dataset --threads 2 --steps 4 --repeats 2
 """
 
 from __future__ import annotations
@@ -15,32 +23,55 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+_THREADS = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
+os.environ.setdefault("OMP_NUM_THREADS", _THREADS)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-torch.set_num_threads(1)
+torch.set_num_threads(int(_THREADS))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RESULTS = Path(__file__).parent / "results"
-SETTINGS = dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=8, learning_rate=5e-3,
-                beta=0.0, logging_steps=1, seed=0, report_to="none", save_strategy="no")  # fmt: skip
+COMMON = dict(beta=0.0, logging_steps=1, seed=0, report_to="none", save_strategy="no")
+SETTINGS = {
+    "tiny": dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=8, learning_rate=5e-3),
+    "smol": dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=16, learning_rate=5e-5,
+                 temperature=0.7),
+}  # fmt: skip
+#: seconds spent in generation, per arm and run (filled by the timer around ``_generate_single_turn``)
+GENERATION: dict[str, float] = {}
 
 
-def run_metamod(model: str, data: str, out: Path, steps: int) -> float:
+def timed_generation(cls: type, key: str) -> None:
+    """Add the time of every ``_generate_single_turn`` call of ``cls`` to ``GENERATION[key]``."""
+    original = cls.__dict__.get("_generate_single_turn") or cls._generate_single_turn
+
+    def wrapper(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            GENERATION[key] = GENERATION.get(key, 0.0) + time.perf_counter() - start
+
+    cls._generate_single_turn = wrapper
+
+
+def run_metamod(model: str, data: str, out: Path, steps: int, settings: dict, share: bool = True) -> float:
     from metamod.train.grpo import ModeratorGRPOConfig, ModeratorModelConfig, train
 
     args = ModeratorGRPOConfig(output_dir=str(out), dataset_path=data, max_steps=steps, use_cpu=True, bf16=False,
-                               gradient_checkpointing=False, **SETTINGS)  # fmt: skip
+                               gradient_checkpointing=False, share_prompt_prefix=share, dataset_eval_split=None,
+                               max_prompt_tokens=None, sample_log_steps=0, **COMMON, **settings)  # fmt: skip
     model_args = ModeratorModelConfig(model_name_or_path=model, lora_r=8, lora_alpha=16, lora_dropout=0.0)
     summary = train(args=args, model_args=model_args)
     return summary["train_runtime_s"] / steps
 
 
-def run_plain(model: str, data: str, out: Path, steps: int) -> float:
+def run_plain(model: str, data: str, out: Path, steps: int, settings: dict) -> float:
     from datasets import load_from_disk
     from peft import LoraConfig
     from transformers import AutoTokenizer
@@ -49,7 +80,7 @@ def run_plain(model: str, data: str, out: Path, steps: int) -> float:
     from metamod.rewards import control_reward, format_reward
 
     args = GRPOConfig(output_dir=str(out), max_steps=steps, use_cpu=True, bf16=False, gradient_checkpointing=False,
-                      **SETTINGS)  # fmt: skip
+                      **COMMON, **settings)  # fmt: skip
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[format_reward, control_reward],
@@ -68,26 +99,54 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", default="tiny", help="tiny, or a model name/path (smollm2-135m-instruct)")
+    parser.add_argument("--dataset", default=None, help="moderator dataset folder (default: hand-built rows)")
+    parser.add_argument("--threads", default="1", help="torch threads (read before torch is imported)")
+    parser.add_argument("--arms", nargs="+", default=["metamod", "metamod_unshared", "plain_trl"])
     opts = parser.parse_args()
 
+    from trl import GRPOTrainer
+
+    from metamod.llm.embedded import resolve_model_ref
     from metamod.llm.tiny import ensure_tiny_model
+    from metamod.train.grpo import ModeratorGRPOTrainer
     from tests._train_data import save_dataset
 
     work = Path(tempfile.mkdtemp(prefix="bench_overhead_"))
-    model = str(ensure_tiny_model(work / "tiny"))
-    data = save_dataset(work / "data", n_train=96, n_val=8)
-    times: dict[str, list[float]] = {"metamod": [], "plain_trl": []}
+    tiny = opts.model == "tiny"
+    model = str(ensure_tiny_model(work / "tiny")) if tiny else resolve_model_ref(opts.model)
+    data = opts.dataset or save_dataset(work / "data", n_train=96, n_val=8)
+    settings = SETTINGS["tiny" if tiny else "smol"]
+    timed_generation(ModeratorGRPOTrainer, "metamod")
+    timed_generation(GRPOTrainer, "plain")
+    times: dict[str, list[float]] = {arm: [] for arm in opts.arms}
+    generation: dict[str, list[float]] = {arm: [] for arm in opts.arms}
     for rep in range(opts.repeats):
-        times["metamod"].append(run_metamod(model, data, work / f"m{rep}", opts.steps))
-        times["plain_trl"].append(run_plain(model, data, work / f"p{rep}", opts.steps))
+        for arm in opts.arms:
+            GENERATION.clear()
+            out = work / f"{arm}{rep}"
+            if arm == "plain_trl":
+                per_step = run_plain(model, data, out, opts.steps, settings)
+            else:
+                per_step = run_metamod(model, data, out, opts.steps, settings, share=arm == "metamod")
+            times[arm].append(round(per_step, 4))
+            generation[arm].append(round(sum(GENERATION.values()) / opts.steps, 4))
     med = {k: statistics.median(v) for k, v in times.items()}
-    ratio = med["metamod"] / med["plain_trl"]
-    result = {"steps": opts.steps, "repeats": opts.repeats, "s_per_step": times, "median_s_per_step": med,
-              "ratio_metamod_over_plain": round(ratio, 4), "target": 1.05}  # fmt: skip
+    med_gen = {k: statistics.median(v) for k, v in generation.items()}
+    result = {
+        "model": opts.model, "dataset": opts.dataset or "hand-built", "threads": int(opts.threads),
+        "steps": opts.steps, "repeats": opts.repeats, "settings": settings, "s_per_step": times,
+        "generation_s_per_step": generation, "median_s_per_step": med, "median_generation_s_per_step": med_gen,
+        "ratios_over_plain": {k: round(v / med["plain_trl"], 4) for k, v in med.items()} if "plain_trl" in med else {},
+    }  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bench_train_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = "bench_train_overhead.json" if tiny else f"bench_train_overhead_{Path(opts.model).name}.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    print(f"\nmetamod train {med['metamod']:.3f} s/step vs plain TRL {med['plain_trl']:.3f} s/step: ratio {ratio:.3f}")
+    for arm in opts.arms:
+        print(
+            f"{arm:18s} {med[arm]:7.3f} s/step (generation {med_gen[arm]:.3f} s, rest {med[arm] - med_gen[arm]:.3f} s)"
+        )
     return 0
 
 

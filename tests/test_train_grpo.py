@@ -59,6 +59,36 @@ def test_grpo_changes_adapter_then_reload_and_merge(tiny_model, dataset, tmp_pat
     ids = torch.tensor([[1, 2, 3]])
     assert merged.generate(ids, max_new_tokens=2, do_sample=False).shape[1] == 5
 
+    # init_adapter: GRPO starts from that warm start (a near-zero learning rate keeps it; a fresh LoRA has B = 0)
+    shared = tmp_path / "from_warm_start"
+    assert main(base_argv(tiny_model, dataset, shared, "--max_steps", "1", "--learning_rate", "1e-12",
+                          "--init_adapter", str(out / "warm_start"), "--sample_log_steps", "0")) == 0  # fmt: skip
+    started = load_file(shared / "adapter_model.safetensors")
+    assert started.keys() == before.keys() and any(before[k].abs().sum() > 0 for k in before if "lora_B" in k)
+    for key in before:
+        torch.testing.assert_close(started[key], before[key], rtol=0, atol=1e-6)
+    summary = json.loads((shared / "train_summary.json").read_text())
+    assert summary["init_adapter"] == str(out / "warm_start") and summary["gold_use"] is None
+    fingerprint = json.loads((shared / ".fingerprint.json").read_text())
+    assert fingerprint["settings"]["init_adapter_signature"]
+
+
+def test_init_adapter_refusals(tmp_path):
+    from metamod.train.grpo import init_adapter_config
+
+    with pytest.raises(ValueError, match="init_adapter replaces the warm start"):
+        ModeratorGRPOConfig(dataset_path="d", per_device_train_batch_size=4, num_generations=2, report_to="none",
+                            warm_start=True, init_adapter="x")  # fmt: skip
+    adapter = tmp_path / "run" / "warm_start"
+    adapter.mkdir(parents=True)
+    with pytest.raises(ConfigError, match="holds no adapter_config.json"):
+        init_adapter_config(adapter)
+    (adapter / "adapter_config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="gold use"):
+        init_adapter_config(adapter)
+    (adapter.parent / "metamod_train_config.yaml").write_text("warm_start: true\nwarm_start_targets: reward_gold\n")
+    assert init_adapter_config(adapter)["warm_start_targets"] == "reward_gold"
+
 
 def test_resume_continues_step_count(tiny_model, dataset, tmp_path):
     out = tmp_path / "run"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trl import GRPOConfig, ModelConfig
+from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 from metamod.llm.adapter_files import ADAPTER_CONFIG, check_resume_checkpoint, read_adapter_config
 from metamod.llm.tiny import TinyModelConfig
@@ -43,6 +43,7 @@ from metamod.train.run_folder import (
 )
 from metamod.train.sample_log import SampleLogger
 from metamod.train.sft import WARM_START_DIR, warm_start_gold_use
+from metamod.train.shared_prefix import SharedPrefixMixin
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,14 @@ class ModeratorGRPOConfig(GRPOConfig):
     warm_start_learning_rate: float = field(default=5e-3, metadata={"help": "Learning rate of the warm start."})
     warm_start_batch_size: int = field(default=16, metadata={"help": "Per-device batch size of the warm start."})
     warm_start_max_examples: int | None = field(default=2000, metadata={"help": "Cap on warm-start rows."})
+    init_adapter: str | None = field(
+        default=None,
+        metadata={
+            "help": "Start GRPO from this LoRA adapter instead of a fresh LoRA or a warm start: a folder of another "
+            "metamod run (its warm_start/ or the run itself), so GRPO variants can share one bootstrap. Its files "
+            "are in the run fingerprint; its run's gold use (metamod_train_config.yaml) carries into this run's."
+        },
+    )
     warm_start_targets: str = field(
         default="consensus",
         metadata={
@@ -122,6 +131,14 @@ class ModeratorGRPOConfig(GRPOConfig):
         metadata={
             "help": "Without CUDA, switch to use_cpu=true, bf16=false, gradient_checkpointing=false (logged), so "
             "GPU configs still start on a CPU machine. use_vllm is never switched off: it fails instead."
+        },
+    )
+    share_prompt_prefix: bool = field(
+        default=True,
+        metadata={
+            "help": "Run each group's prompt through the model once (generation prefill and the loss forward/backward) "
+            "instead of once per completion; same results to float rounding. Off, or multi-process, vision or "
+            "gradient checkpointing: TRL's own path (metamod/train/shared_prefix.py)."
         },
     )
     overwrite: bool = field(
@@ -148,6 +165,8 @@ class ModeratorGRPOConfig(GRPOConfig):
 
         if self.warm_start_targets not in TARGETS:
             raise ValueError(f"warm_start_targets must be one of {sorted(TARGETS)}, got {self.warm_start_targets!r}")
+        if self.init_adapter and self.warm_start:
+            raise ValueError("init_adapter replaces the warm start: set warm_start=false (or drop init_adapter)")
         for name in ("warm_start_steps", "warm_start_batch_size", "sample_log_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -199,6 +218,10 @@ class ModeratorGRPOConfig(GRPOConfig):
                 f"{common.suggest_batch_size(self.per_device_train_batch_size, self.num_generations)} (a multiple of "
                 f"num_generations), or choose num_generations dividing {batch}."
             )
+
+
+class ModeratorGRPOTrainer(SharedPrefixMixin, GRPOTrainer):
+    """``trl.GRPOTrainer`` with shared prompt prefixes (``share_prompt_prefix``); everything else is TRL's."""
 
 
 @dataclass
@@ -354,7 +377,7 @@ def _train(
 ) -> dict[str, Any]:
     """The body of :func:`train`; the main process takes ``lock`` just before the first file lands."""
     from transformers import AutoTokenizer
-    from trl import GRPOTrainer, get_peft_config
+    from trl import get_peft_config
 
     from metamod.config import save_resolved_config
 
@@ -363,6 +386,8 @@ def _train(
     refuse_hub_token(args)
     reward_funcs, weights = get_reward_funcs(args.reward_funcs, args.reward_weights)
     args.reward_weights = weights
+    if args.init_adapter:
+        init_adapter_config(args.init_adapter)  # a folder without an adapter or a run config: one line, now
     if args.use_vllm:
         from metamod.llm import is_vllm_available
 
@@ -426,13 +451,17 @@ def _train(
     args.model_init_kwargs = model_init_kwargs or None
     peft_config = get_peft_config(model_args)
     model: Any = model_path
+    if (args.warm_start or args.init_adapter) and not model_args.use_peft:
+        raise ValueError("warm_start / init_adapter train a LoRA adapter: set use_peft=true")
     if args.warm_start:
-        if not model_args.use_peft:
-            raise ValueError("warm_start trains the LoRA adapter: set use_peft=true or warm_start=false")
         model = _warm_started_model(args, model_args, model_path, peft_config, train_ds, tokenizer, model_init_kwargs)
         peft_config = None
+    elif args.init_adapter:
+        logger.info("Starting GRPO from the adapter in %s", args.init_adapter)
+        model = _trainable_adapter(args, model_path, Path(args.init_adapter), model_init_kwargs)
+        peft_config = None
 
-    trainer = GRPOTrainer(
+    trainer = ModeratorGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
         args=args,
@@ -441,6 +470,7 @@ def _train(
         processing_class=tokenizer,
         peft_config=peft_config,
     )
+    trainer.share_prompt_prefix = args.share_prompt_prefix
     sample_logger = None
     if args.sample_log_steps:
         sample_logger = SampleLogger(
@@ -472,7 +502,8 @@ def _train(
         resumed=bool(resume),
         warm_start=args.warm_start,
         warm_start_targets=args.warm_start_targets if args.warm_start else None,
-        gold_use=warm_start_gold_use(args.warm_start_targets if args.warm_start else None, args.reward_funcs),
+        init_adapter=args.init_adapter,
+        gold_use=_gold_use(args),
     )
     if trainer.accelerator.is_main_process:
         from metamod.files import atomic_write_json
@@ -483,10 +514,6 @@ def _train(
 
 def _warm_started_model(args, model_args, model_path, peft_config, train_ds, tokenizer, model_init_kwargs):
     """Run the SFT warm start (or reuse its saved adapter) and return the trainable PEFT model."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
     from metamod.train.sft import run_warm_start
 
     warm_dir = Path(args.output_dir) / WARM_START_DIR
@@ -511,11 +538,54 @@ def _warm_started_model(args, model_args, model_path, peft_config, train_ds, tok
             targets=args.warm_start_targets,
             answer_reward="answer" in args.reward_funcs,
         )
+    return _trainable_adapter(args, model_path, warm_dir, model_init_kwargs)
+
+
+def _trainable_adapter(args, model_path, adapter_dir: Path, model_init_kwargs):
+    """The base model with the LoRA adapter in ``adapter_dir``, trainable."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
     kwargs = dict(model_init_kwargs)
     dtype = kwargs.pop("dtype", "float32")
     kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
     base = AutoModelForCausalLM.from_pretrained(model_path, trust_remote_code=args.trust_remote_code, **kwargs)
-    return PeftModel.from_pretrained(base, str(warm_dir), is_trainable=True)
+    return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True)
+
+
+def _gold_use(args: ModeratorGRPOConfig) -> str | None:
+    """This run's gold use, with that of the run an ``init_adapter`` came from (its own config, conservatively)."""
+    own = warm_start_gold_use(args.warm_start_targets if args.warm_start else None, args.reward_funcs)
+    if not args.init_adapter:
+        return own
+    source = init_adapter_config(args.init_adapter)
+    targets = source.get("warm_start_targets") if source.get("warm_start") else None
+    inherited = warm_start_gold_use(targets, source.get("reward_funcs") or [])
+    parts = [p for p in (own, inherited and f"init_adapter: {inherited}") if p]
+    return "; ".join(parts) or None
+
+
+def init_adapter_config(adapter: str | os.PathLike) -> dict[str, Any]:
+    """The ``metamod_train_config.yaml`` of the run an adapter folder belongs to (in it, or its parent).
+
+    Raises:
+        ConfigError: not a LoRA adapter folder, or no metamod run config beside it (its gold use would be unknown).
+    """
+    import yaml
+
+    from metamod.config import ConfigError
+
+    folder = Path(adapter)
+    if not (folder / ADAPTER_CONFIG).is_file():
+        raise ConfigError(f"init_adapter: {folder} holds no {ADAPTER_CONFIG} (expected a LoRA adapter folder)")
+    for candidate in (folder / CONFIG_FILE, folder.parent / CONFIG_FILE):
+        if candidate.is_file():
+            return yaml.safe_load(candidate.read_text()) or {}
+    raise ConfigError(
+        f"init_adapter: no {CONFIG_FILE} in {folder} or its parent, so what the adapter learned from (its gold use) "
+        "is unknown; use a metamod run folder or its warm_start/"
+    )
 
 
 def summarize(log_history: list[dict[str, Any]], *, reward_names: list[str]) -> dict[str, Any]:

@@ -21,7 +21,8 @@ CONFIG_FILE = "metamod_train_config.yaml"
 SUMMARY_FILE = "train_summary.json"
 SAMPLES_FILE = "samples.jsonl"
 
-#: options that change nothing in the trained adapter (logging, saving, pushing, evaluation, workers), and the run
+#: options that change nothing in the trained adapter (logging, saving, pushing, evaluation, workers, the order of
+#: the same computation: share_prompt_prefix, equal to float rounding), and the run
 #: length: a run may be resumed from its checkpoint to train longer (``--max_steps 60 --resume_from_checkpoint true``)
 _TRAIN_FREE_KEYS = frozenset(
     {
@@ -35,7 +36,7 @@ _TRAIN_FREE_KEYS = frozenset(
         "log_multimodal", "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_prefetch_factor",
         "dataloader_pin_memory", "local_rank", "do_train", "do_eval", "do_predict", "eval_strategy", "eval_steps",
         "eval_delay", "eval_on_start", "per_device_eval_batch_size", "eval_accumulation_steps",
-        "skip_memory_metrics", "include_num_input_tokens_seen", "ddp_timeout",
+        "skip_memory_metrics", "include_num_input_tokens_seen", "ddp_timeout", "share_prompt_prefix",
     }
 )  # fmt: skip
 #: what a run folder holds that a rerun would reuse or mix (overwrite deletes these)
@@ -64,6 +65,9 @@ def train_settings(
     dataset = path_signature(args.dataset_path, depth=1) if args.dataset_path else None
     if dataset:
         settings["dataset_signature"] = dataset
+    init_adapter = getattr(args, "init_adapter", None)
+    if init_adapter:
+        settings["init_adapter_signature"] = path_signature(init_adapter)
     model = path_signature(model_path) if model_path else None
     if model:
         settings["model_signature"] = model
