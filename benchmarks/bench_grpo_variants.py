@@ -1,0 +1,172 @@
+"""Does GRPO beat its own bootstrap? GRPO variants from ONE bootstrap adapter, on the same held-out debates, paired.
+
+Every variant starts from the same gold-free warm-start adapter (``--init_adapter``), trains on the same rows
+(``--dataset``) with ``configs/train/smol_moderator.yaml`` plus its own options, and is evaluated on the same
+recorded held-out debates (``--eval-traces``: replay, no debater generation) as the ``moderator`` row of
+``configs/eval/smol_debate.yaml``. The bootstrap itself is evaluated the same way. One table (markdown + JSON):
+
+* accuracy (live moderator row) with its 95% interval and an exact McNemar p against the bootstrap, mean rounds,
+  tokens per question;
+* control accuracy on ALL non-final held-out rounds (the moderator is asked at every round of every debate by the
+  stop curve, ``stop-curve.jsonl``: STOP iff eta), next to always-STOP's on the same rounds, the STOP rate and the
+  format-valid rate there;
+* training: mean ``frac_reward_zero_std`` and ``reward_std`` over the logged steps, seconds per step.
+
+Stages whose outputs exist are skipped (a rerun resumes); ``--variants`` picks which to run.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_grpo_variants.py --out benchmarks/results/issue29_smol \\
+        --dataset <smol world run>/dataset --eval-traces <smol world run>/eval/traces-seed0.jsonl \\
+        --bootstrap <smol world run>/moderator/warm_start --steps 24
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+from metamod.cli import main as metamod
+
+#: variant name -> options on top of configs/train/smol_moderator.yaml (+ --init_adapter, --max_steps)
+VARIANTS: dict[str, list[str]] = {
+    "grpo_paper": ["--reward_funcs", "format,control"],
+    "grpo_outcome": ["--reward_funcs", "format,outcome"],
+    "grpo_refill": ["--reward_funcs", "format,control", "--curriculum_oversample", "3", "--drop_constant_groups",
+                    "true"],
+    "grpo_outcome_refill": ["--reward_funcs", "format,outcome", "--curriculum_oversample", "3",
+                            "--drop_constant_groups", "true"],
+}  # fmt: skip
+MAX_ROUNDS = 3  # configs/eval/smol_debate.yaml
+
+
+def stage(name: str, argv: list[str], marker: Path, timings: dict[str, float]) -> None:
+    if marker.exists():
+        logging.info("%s: done already (%s)", name, marker)
+        return
+    started = time.perf_counter()
+    logging.info("%s: metamod %s", name, " ".join(argv))
+    code = metamod(argv)
+    timings[name] = round(time.perf_counter() - started, 1)
+    if code:
+        raise SystemExit(f"{name} failed with exit code {code}")
+
+
+def held_out_control(stop_curve: Path, role: str = "moderator") -> dict[str, float | int | None]:
+    """Control accuracy of the moderator's decision at every non-final round, vs always-STOP, on the same rounds."""
+    from metamod.rewards.moderator import STOP, parse_decision
+
+    hits = always = stops = valid = total = 0
+    for line in stop_curve.read_text().splitlines():
+        record = json.loads(line)
+        if record["role"] != role:
+            continue
+        for step in record["steps"]:
+            if step["round"] >= MAX_ROUNDS - 1:
+                continue  # the forced round has no choice
+            decision = parse_decision(step["raw"])
+            stop = decision.valid and decision.action == STOP
+            hits += int(stop == bool(step["eta"]))
+            always += int(bool(step["eta"]))
+            stops += int(stop)
+            valid += int(decision.valid)
+            total += 1
+    share = lambda k: round(k / total, 4) if total else None  # noqa: E731
+    return {"rounds": total, "control_accuracy": share(hits), "always_stop_control_accuracy": share(always),
+            "stop_rate": share(stops), "format_valid": share(valid)}  # fmt: skip
+
+
+def correct_by_question(samples: Path, method: str = "moderator") -> dict[str, bool]:
+    out = {}
+    for line in samples.read_text().splitlines():
+        record = json.loads(line)
+        if method in record["methods"]:
+            out[record["id"]] = bool(record["methods"][method]["correct"])
+    return out
+
+
+def training_stats(run: Path) -> dict[str, float | None]:
+    state = json.loads((run / "trainer_state.json").read_text())
+    logged = [h for h in state["log_history"] if "reward" in h]
+    mean = lambda key: round(statistics.fmean(h[key] for h in logged if key in h), 4) if logged else None  # noqa: E731
+    summary = json.loads((run / "train_summary.json").read_text())
+    steps = summary.get("global_step") or 0
+    return {"frac_reward_zero_std": mean("frac_reward_zero_std"), "reward_std": mean("reward_std"),
+            "reward": mean("reward"), "steps": steps,
+            "s_per_step": round(summary["train_runtime_s"] / steps, 2) if steps else None}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="benchmarks/results/issue29_smol")
+    parser.add_argument("--dataset", required=True, help="moderator dataset (the same rows for every variant)")
+    parser.add_argument("--eval-traces", required=True, help="recorded held-out debates (traces-seed0.jsonl)")
+    parser.add_argument("--bootstrap", required=True, help="the warm-start adapter every variant starts from")
+    parser.add_argument("--eval-questions", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=24, help="GRPO steps per variant")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    out = Path(args.out)
+    timings: dict[str, float] = {}
+
+    def evaluate(name: str, adapter: str) -> Path:
+        folder = out / f"eval_{name}"
+        stage(f"eval-{name}", ["eval", "--config", "configs/eval/smol_debate.yaml", "--moderator", adapter,
+                               "--output_dir", str(folder), "--limit", str(args.eval_questions),
+                               "--traces", args.eval_traces, "--methods", "moderator",
+                               "--reference_method", "moderator"], folder / "results.json", timings)  # fmt: skip
+        return folder
+
+    folders = {"bootstrap": evaluate("bootstrap", args.bootstrap)}
+    runs: dict[str, Path] = {}
+    for name in args.variants:
+        run = out / name
+        stage(f"train-{name}", ["train", "--config", "configs/train/smol_moderator.yaml", "--dataset_path",
+                                args.dataset, "--output_dir", str(run), "--warm_start", "false", "--init_adapter",
+                                args.bootstrap, "--max_steps", str(args.steps), "--save_steps", str(args.steps),
+                                *VARIANTS[name]], run / "train_summary.json", timings)  # fmt: skip
+        runs[name] = run
+        folders[name] = evaluate(name, str(run))
+
+    from metamod.evaluate.metrics import mcnemar_exact, wilson_interval
+
+    base = correct_by_question(folders["bootstrap"] / "samples.jsonl")
+    rows = []
+    for name, folder in folders.items():
+        result = json.loads((folder / "results.json").read_text())["results"]["arith"]["moderator"]
+        correct = correct_by_question(folder / "samples.jsonl")
+        shared = sorted(set(correct) & set(base))
+        b = sum(1 for q in shared if correct[q] and not base[q])
+        c = sum(1 for q in shared if base[q] and not correct[q])
+        low, high = wilson_interval(sum(correct.values()), len(correct))
+        row = {"variant": name, "n": len(correct), "accuracy": round(result["accuracy"], 4),
+               "ci": [round(low, 4), round(high, 4)], "p_vs_bootstrap": None if name == "bootstrap" else
+               round(mcnemar_exact(b, c), 4), "wins_losses_vs_bootstrap": [b, c],
+               "mean_rounds": round(result["mean_rounds"], 3), "tokens_per_question": round(result["tokens_per_question"], 1),
+               **held_out_control(folder / "stop-curve.jsonl"),
+               **(training_stats(runs[name]) if name in runs else {})}  # fmt: skip
+        rows.append(row)
+    (out / "table.json").write_text(json.dumps({"timings_s": timings, "rows": rows}, indent=2) + "\n")
+    header = ("| variant | accuracy [95% CI] | p vs bootstrap (W/L) | rounds | tokens/q | control acc. (always-STOP) "
+              "| STOP rate | format-valid | frac_reward_zero_std | s/step |")  # fmt: skip
+    lines = [header, "|" + "---|" * 10]
+    for r in rows:
+        p = (
+            "-"
+            if r["p_vs_bootstrap"] is None
+            else f"{r['p_vs_bootstrap']:.3f} ({r['wins_losses_vs_bootstrap'][0]}/{r['wins_losses_vs_bootstrap'][1]})"
+        )
+        lines.append(
+            f"| {r['variant']} | {r['accuracy']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] | {p} | {r['mean_rounds']:.2f} "
+            f"| {r['tokens_per_question']:.0f} | {r['control_accuracy']} ({r['always_stop_control_accuracy']}) "
+            f"| {r['stop_rate']} | {r['format_valid']} | {r.get('frac_reward_zero_std', '-')} | {r.get('s_per_step', '-')} |"
+        )  # fmt: skip
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
