@@ -124,7 +124,12 @@ def _flag(values: Sequence[Any] | None, index: int) -> bool:
 
 
 class OutcomeReward:
-    """The outcome reward (module docstring) with per-round cost ``round_cost`` (picklable, ``outcome_reward``)."""
+    """R_out: a format-valid ``STOP`` scores 1 when its own answer is correct under the shared grader (else 0), a
+    ``CONTINUE`` the recorded future's value minus ``round_cost`` per round it spends; invalid outputs score 0.
+
+    The rules (forced-answer and last rounds, unknown futures, the estimators) are in this module's docstring. The
+    instance is picklable and named ``outcome_reward`` (TRL logs ``rewards/outcome_reward/mean``).
+    """
 
     def __init__(self, round_cost: float = DEFAULT_ROUND_COST):
         if not 0.0 <= float(round_cost) < 1.0:
