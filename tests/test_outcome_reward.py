@@ -229,3 +229,20 @@ def test_train_refuses_a_dataset_without_the_columns(tiny_model_dir, tmp_path, c
     assert len(error) == 1 and "['future_correct', 'outcome_estimator']" in error[0]
     assert "rebuild it with `metamod build-dataset" in error[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_round_cost_enters_the_run_fingerprint_only_with_the_outcome_reward():
+    from metamod.train.grpo import ModeratorGRPOConfig, ModeratorModelConfig
+    from metamod.train.run_folder import train_settings
+
+    model = ModeratorModelConfig(model_name_or_path="m")
+
+    def settings(rewards, cost):
+        args = ModeratorGRPOConfig(reward_funcs=rewards, outcome_round_cost=cost, per_device_train_batch_size=4,
+                                   num_generations=2, report_to="none")  # fmt: skip
+        return train_settings(args, model)
+
+    assert "outcome_round_cost" not in settings(["format", "control"], 0.05)  # old run folders keep their fingerprint
+    assert settings(["format", "outcome"], 0.1)["outcome_round_cost"] == 0.1
+    with pytest.raises(ValueError, match="outcome_round_cost must be in"):
+        settings(["format", "outcome"], 1.0)
