@@ -165,7 +165,8 @@ def test_get_format_reward():
 def test_rewards_pickle_round_trip(reward):
     clone = pickle.loads(pickle.dumps(reward))
     assert clone.__name__ == reward.__name__
-    kwargs = {"eta": [1, 0], "gold": ["4", "4"], "kind": ["math", "math"]}
+    kwargs = {"eta": [1, 0], "gold": ["4", "4"], "kind": ["math", "math"], "future_correct": [[0], [1]],
+              "outcome_estimator": ["next_majority"] * 2}  # fmt: skip
     completions = ["STOP <answer>4</answer>", "CONTINUE"]
     assert clone(completions, **kwargs) == reward(completions, **kwargs)
 

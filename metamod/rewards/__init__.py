@@ -4,7 +4,7 @@
 ``reward_weights`` config keys into what ``trl.GRPOTrainer`` takes.
 
 >>> sorted(REWARDS)
-['answer', 'control', 'format', 'format_strict']
+['answer', 'control', 'format', 'format_strict', 'outcome']
 >>> funcs, weights = get_reward_funcs(["format", "control"])
 >>> [f.__name__ for f in funcs], weights
 (['format_reward', 'control_reward'], [1.0, 1.0])
@@ -26,6 +26,7 @@ from metamod.rewards.moderator import (
     get_format_reward,
     parse_decision,
 )
+from metamod.rewards.outcome import OutcomeReward, outcome_reward
 
 #: config name -> reward callable (TRL contract: ``f(completions, **columns) -> list[float | None]``)
 REWARDS: dict[str, Callable] = {
@@ -33,6 +34,7 @@ REWARDS: dict[str, Callable] = {
     "format_strict": format_strict_reward,
     "control": control_reward,
     "answer": answer_reward,
+    "outcome": outcome_reward,
 }
 
 #: the paper's reward: R = R_fmt + R_ctrl
@@ -40,13 +42,14 @@ DEFAULT_REWARDS = ("format", "control")
 
 
 def get_reward_funcs(
-    names: Sequence[str] | str, weights: Sequence[float] | None = None
+    names: Sequence[str] | str, weights: Sequence[float] | None = None, *, outcome_round_cost: float | None = None
 ) -> tuple[list[Callable], list[float]]:
     """Resolve reward names (registry keys or ``package.module:attr``) and their weights.
 
     Args:
         names: reward names, or one comma-separated string (``"format,control"``).
         weights: one weight per reward; ``None`` gives every reward weight 1.
+        outcome_round_cost: the per-round cost of the ``outcome`` reward (``None``: its default).
 
     Returns:
         ``(reward callables, weights)``.
@@ -71,6 +74,10 @@ def get_reward_funcs(
     if duplicates:
         raise ValueError(f"reward_funcs lists {duplicates} more than once; list each reward once and use weights")
     funcs = [resolve(REWARDS, name, what="reward") for name in names]
+    if outcome_round_cost is not None:
+        funcs = [
+            OutcomeReward(outcome_round_cost) if name == "outcome" else f for name, f in zip(names, funcs, strict=True)
+        ]
     if weights is None or len(weights) == 0:
         return funcs, [1.0] * len(funcs)
     weights = [float(w) for w in weights]
@@ -92,6 +99,7 @@ __all__ = [
     "REWARDS",
     "Decision",
     "FormatReward",
+    "OutcomeReward",
     "answer_reward",
     "completion_text",
     "control_reward",
@@ -99,6 +107,7 @@ __all__ = [
     "format_strict_reward",
     "get_format_reward",
     "get_reward_funcs",
+    "outcome_reward",
     "parse_decision",
     "rewards_help",
 ]

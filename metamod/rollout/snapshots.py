@@ -35,8 +35,10 @@ from typing import Any
 from metamod.config import ConfigError, check_fingerprint, parse_config, save_resolved_config
 from metamod.errors import InputError
 from metamod.files import atomic_write_json, write_after_checks
+from metamod.rewards.outcome import DEFAULT_ESTIMATOR, check_estimator
 from metamod.rollout.mro.snapshots import mro_snapshot_rows
 from metamod.rollout.mro.traces import is_mro_trace
+from metamod.rollout.outcome import add_outcome_columns, majority_correct, outcome_summary
 from metamod.rollout.state import moderator_messages
 from metamod.rollout.stats import eta_tally
 from metamod.rollout.traces import example_trace, read_traces, validate_trace  # noqa: F401 (example_trace: doctest)
@@ -61,6 +63,9 @@ COLUMNS = (
     "num_agents",
     "simulated",
     "choices",
+    "future_correct",
+    "continue_value",
+    "outcome_estimator",
 )
 
 
@@ -82,6 +87,9 @@ def dataset_features():
             "num_agents": Value("int64"),
             "simulated": Value("bool"),
             "choices": List(Value("string")),
+            "future_correct": List(Value("int64")),
+            "continue_value": Value("float64"),
+            "outcome_estimator": Value("string"),
         }
     )
 
@@ -101,7 +109,12 @@ def _unit_hash(example_id: str, seed: int) -> float:
 
 
 def snapshot_rows(
-    trace: dict, *, max_rounds: int | None = None, single_template: bool = False, keep_agents: int | None = None
+    trace: dict,
+    *,
+    max_rounds: int | None = None,
+    single_template: bool = False,
+    keep_agents: int | None = None,
+    outcome_estimator: str = DEFAULT_ESTIMATOR,
 ) -> list[dict[str, Any]]:
     """The moderator rows of one debate: one per round (up to ``max_rounds``).
 
@@ -117,6 +130,7 @@ def snapshot_rows(
         single_template: one prompt template (STOP/CONTINUE) on every row, no forced-answer rows.
         keep_agents: keep only the first this many agents' responses per round (``None``: all); ``eta`` is then
             re-graded over the kept agents' answers with :func:`metamod.tasks.grading.is_equivalent`.
+        outcome_estimator: how ``continue_value`` values the recorded future (:mod:`metamod.rollout.outcome`).
 
     Returns:
         Row dicts with the columns of :data:`COLUMNS`.
@@ -167,7 +181,11 @@ def snapshot_rows(
                 "choices": choices,
             }
         )
-    return rows
+    # the recorded future (outcome reward): the budget is max_rounds, else the debate's own when it ran to the end
+    last = rows[-1]["round"] if rows else -1
+    at_budget = last == max_rounds - 1 if max_rounds is not None else trace["stop_reason"] == "max_rounds"
+    correct = majority_correct(trace, [row["answers"] for row in rows])
+    return add_outcome_columns(rows, correct, at_budget=at_budget, estimator=outcome_estimator)
 
 
 def _trace_files(traces: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
@@ -195,6 +213,7 @@ def build_dataset(
     single_template: bool = False,
     keep_agents: int | None = None,
     source: str = "debate",
+    outcome_estimator: str = DEFAULT_ESTIMATOR,
     push_to_hub: bool = False,
     repo_id: str | None = None,
     private: bool = True,
@@ -214,6 +233,8 @@ def build_dataset(
             (the paper keeps N=2).
         source: ``"debate"`` (debate traces -> moderator rows) or ``"mro"`` (MRO traces -> controller snapshots);
             a trace of the other kind is an error naming its file and id.
+        outcome_estimator: how each row's ``continue_value`` values the recorded future (the outcome reward;
+            :data:`metamod.rewards.outcome.ESTIMATORS`).
         push_to_hub: also push to the Hugging Face Hub under ``repo_id``.
         repo_id: Hub dataset repo (``user/name``), required with ``push_to_hub``.
         private: create the Hub repo as private.
@@ -245,6 +266,10 @@ def build_dataset(
         raise ConfigError(f"source must be one of {SOURCES}, got {source!r}")
     if source == "mro" and keep_agents is not None:
         raise ConfigError("keep_agents applies to debates (agents per round); an MRO snapshot has one candidate")
+    try:
+        check_estimator(outcome_estimator)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     files = _trace_files(traces_path)
     options = dataset_options(
         validation_fraction=validation_fraction,
@@ -253,6 +278,7 @@ def build_dataset(
         single_template=single_template,
         keep_agents=keep_agents,
         source=source,
+        outcome_estimator=outcome_estimator,
     )
 
     def read() -> tuple[Any, dict[str, Any]]:  # every trace read and checked; nothing written
@@ -288,10 +314,19 @@ def build_dataset(
                 seen.add(tid)
                 split = "validation" if is_validation(tid, fraction=validation_fraction, seed=seed) else "train"
                 if source == "mro":
-                    rows = mro_snapshot_rows(trace, max_rounds=max_rounds, single_template=single_template)
+                    rows = mro_snapshot_rows(
+                        trace,
+                        max_rounds=max_rounds,
+                        single_template=single_template,
+                        outcome_estimator=outcome_estimator,
+                    )
                 else:
                     rows = snapshot_rows(
-                        trace, max_rounds=max_rounds, single_template=single_template, keep_agents=keep_agents
+                        trace,
+                        max_rounds=max_rounds,
+                        single_template=single_template,
+                        keep_agents=keep_agents,
+                        outcome_estimator=outcome_estimator,
                     )
                 if keep_agents is not None:
                     trimmed_rows += sum(len(r["responses"]) > keep_agents for r in trace["rounds"][: len(rows)])
@@ -338,6 +373,7 @@ def build_dataset(
             "duplicates": duplicates,
             "sources": [str(p) for p in files],
             "rows_with_agents_dropped": trimmed_rows,
+            "outcome": outcome_summary(all_rows),
             "options": options,
         }
         return dataset, summary
@@ -397,6 +433,7 @@ def dataset_options(
     single_template: bool = False,
     keep_agents: int | None = None,
     source: str = "debate",
+    outcome_estimator: str = DEFAULT_ESTIMATOR,
 ) -> dict[str, Any]:
     """The options that shape a moderator dataset's rows, as recorded in ``build_summary.json`` (``options``).
 
@@ -410,6 +447,8 @@ def dataset_options(
         "single_template": bool(single_template),
         "keep_agents": keep_agents,
         **({"source": source} if source != "debate" else {}),  # debate datasets keep their old fingerprints
+        # the default estimator is implied (datasets built before it keep their fingerprints)
+        **({"outcome_estimator": outcome_estimator} if outcome_estimator != DEFAULT_ESTIMATOR else {}),
     }
 
 
@@ -451,6 +490,15 @@ class DatasetConfig:
             "question, candidate, monitor report; eta = the candidate is correct)."
         },
     )
+    outcome_estimator: str = field(
+        default=DEFAULT_ESTIMATOR,
+        metadata={
+            "help": "How the continue_value column (read by the outcome reward) values the recorded future of a "
+            "row at round t: next_majority (the debaters' majority at t+1 is correct), best_later (the best later "
+            "round, each round priced: optimistic) or final_majority (the majority at the last recorded round). "
+            "See docs/training.md, 'The outcome reward'."
+        },
+    )
     push_to_hub: bool = field(default=False, metadata={"help": "Also push the dataset to the Hugging Face Hub."})
     repo_id: str | None = field(default=None, metadata={"help": "Hub dataset repo id (user/name) for push_to_hub."})
     private: bool = field(default=True, metadata={"help": "Create the Hub repo as private."})
@@ -470,6 +518,10 @@ class DatasetConfig:
             raise ConfigError(
                 f"keep_agents must be >= 1 or null (all agents), got {self.keep_agents}; the paper uses 2"
             )
+        try:
+            check_estimator(self.outcome_estimator)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -484,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         single_template=config.single_template,
         keep_agents=config.keep_agents,
         source=config.source,
+        outcome_estimator=config.outcome_estimator,
         push_to_hub=config.push_to_hub,
         repo_id=config.repo_id,
         private=config.private,
@@ -500,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"  eta rate by round {s['eta_rate_by_round']}")
     print(f"  coverage (eta=1 at some round) {s['coverage']}")
+    print(f"  continue_value by round ({s['outcome']['estimator']}) {s['outcome']['continue_value_by_round']}")
     if config.single_template or config.keep_agents is not None:
         kept = f"first {config.keep_agents} agents" if config.keep_agents is not None else "all agents"
         template = "STOP/CONTINUE prompt on every row" if config.single_template else "forced-answer prompt at T_max"

@@ -31,6 +31,7 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig
 from metamod.llm.adapter_files import ADAPTER_CONFIG, check_resume_checkpoint, read_adapter_config
 from metamod.llm.tiny import TinyModelConfig
 from metamod.rewards import DEFAULT_REWARDS, get_reward_funcs, rewards_help
+from metamod.rewards.outcome import DEFAULT_ROUND_COST, check_outcome_columns
 from metamod.train import common
 from metamod.train.run_folder import (
     CONFIG_FILE,
@@ -98,6 +99,13 @@ class ModeratorGRPOConfig(GRPOConfig):
     reward_funcs: list[str] = field(
         default_factory=lambda: list(DEFAULT_REWARDS),
         metadata={"help": rewards_help() + " Weights come from reward_weights (default all 1.0)."},
+    )
+    outcome_round_cost: float = field(
+        default=DEFAULT_ROUND_COST,
+        metadata={
+            "help": "Reward 'outcome': the per-round cost lambda subtracted from the recorded future's value for "
+            "each round a CONTINUE spends, in [0, 1) (docs/training.md, 'The outcome reward')."
+        },
     )
     warm_start: bool = field(
         default=False, metadata={"help": "Run a short SFT pass on heuristic moderator targets before GRPO."}
@@ -170,6 +178,8 @@ class ModeratorGRPOConfig(GRPOConfig):
         for name in ("warm_start_steps", "warm_start_batch_size", "sample_log_count"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.outcome_round_cost < 1.0:
+            raise ValueError(f"outcome_round_cost must be in [0, 1), got {self.outcome_round_cost}")
         if self.sample_log_steps < 0:
             raise ValueError(f"sample_log_steps must be >= 0 (0 turns sample logging off), got {self.sample_log_steps}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
@@ -384,7 +394,9 @@ def _train(
     started = time.time()
     # ---- cheap checks first: secrets, rewards, environment, data, model
     refuse_hub_token(args)
-    reward_funcs, weights = get_reward_funcs(args.reward_funcs, args.reward_weights)
+    reward_funcs, weights = get_reward_funcs(
+        args.reward_funcs, args.reward_weights, outcome_round_cost=args.outcome_round_cost
+    )
     args.reward_weights = weights
     if args.init_adapter:
         init_adapter_config(args.init_adapter)  # a folder without an adapter or a run config: one line, now
@@ -412,6 +424,8 @@ def _train(
     for name in ("gold", "kind") if "answer" in args.reward_funcs else ():
         if name not in train_ds.column_names:
             raise ValueError(f"reward 'answer' needs dataset column {name!r}; {args.dataset_path} lacks it")
+    if "outcome" in args.reward_funcs:
+        check_outcome_columns(train_ds.column_names, where=f"{args.dataset_path}[{args.dataset_train_split}]")
     model_path = prepare_model_path(model_args, tiny_args, trust_remote_code=args.trust_remote_code)
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=args.trust_remote_code)
@@ -536,7 +550,8 @@ def _warm_started_model(args, model_args, model_path, peft_config, train_ds, tok
             model_init_kwargs=model_init_kwargs or None,
             tokenizer=tokenizer,
             targets=args.warm_start_targets,
-            answer_reward="answer" in args.reward_funcs,
+            answer_reward=bool({"answer", "outcome"} & set(args.reward_funcs)),
+            outcome_round_cost=args.outcome_round_cost if _outcome_decides(args.reward_funcs) else None,
         )
     return _trainable_adapter(args, model_path, warm_dir, model_init_kwargs)
 
@@ -586,6 +601,11 @@ def init_adapter_config(adapter: str | os.PathLike) -> dict[str, Any]:
         f"init_adapter: no {CONFIG_FILE} in {folder} or its parent, so what the adapter learned from (its gold use) "
         "is unknown; use a metamod run folder or its warm_start/"
     )
+
+
+def _outcome_decides(reward_funcs: list[str]) -> bool:
+    """Whether the outcome reward, not eta, decides the warm start's reward targets (outcome without control)."""
+    return "outcome" in reward_funcs and "control" not in reward_funcs
 
 
 def summarize(log_history: list[dict[str, Any]], *, reward_names: list[str]) -> dict[str, Any]:

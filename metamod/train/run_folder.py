@@ -62,6 +62,8 @@ def train_settings(
     from metamod.files import path_signature
 
     settings = resolve_local_paths(resume_settings(config_to_dict(model_args, tiny_args, args), _TRAIN_FREE_KEYS))
+    if "outcome" not in (settings.get("reward_funcs") or []):  # only the outcome reward reads it: runs without it
+        settings.pop("outcome_round_cost", None)  # keep the fingerprints they had before the option existed
     dataset = path_signature(args.dataset_path, depth=1) if args.dataset_path else None
     if dataset:
         settings["dataset_signature"] = dataset

@@ -18,11 +18,14 @@ the rest from the rewards.
 the decision from the row's ``eta`` label, exactly as the control reward reads it (``STOP`` when a correct answer
 is on the table, ``CONTINUE`` when none is), and the answer after ``STOP`` by a label-free rule, the majority of
 the round's answers (ties: the lowest agent), because the paper's rewards (format + control) never score the
-answer. Only when an answer reward is configured (``answer`` in ``reward_funcs``) does the answer maximising the
-rewards depend on the gold; then it is a debater's answer the shared grader marks correct, and the run records
+answer. Only when a reward that grades the answer is configured (``answer`` or ``outcome`` in ``reward_funcs``)
+does the answer maximising the rewards depend on the gold; then it is a debater's answer the shared grader marks correct, and the run records
 ``gold_use`` (:func:`warm_start_gold_use`), which ``metamod eval`` shows as a dagger on the methods that use the
 adapter. ``warm_start_targets: reward_gold`` always picks the gold-correct answer: gold-supervised adjudication,
-an option labelled as such, not the paper's method.
+an option labelled as such, not the paper's method. With the ``outcome`` reward and no ``control`` reward, the
+decision on a row where no correct answer is on the table is the outcome reward's instead: ``CONTINUE`` when the
+recorded future, priced at ``outcome_round_cost`` per round, is worth more than 0 (what a wrong ``STOP`` scores),
+else ``STOP`` with the majority (:mod:`metamod.rewards.outcome`).
 
 >>> heuristic_target(["12", "12.0"], "math", is_final_round=False)
 'STOP <answer>12</answer>'
@@ -89,8 +92,9 @@ def heuristic_target(
 #: how warm-start targets are made: name -> what it reads (``metamod train --warm_start_targets``)
 TARGETS = {
     "consensus": "the debaters' answers only (STOP on unanimous agreement, the majority at T_max)",
-    "reward": "the policy the configured rewards score highest: the decision from eta (as the control reward), the "
-    "answer by majority (gold-correct only when an answer reward is configured)",
+    "reward": "the policy the configured rewards score highest: the decision from eta (as the control reward; the "
+    "outcome reward's continue value where no correct answer is on the table when outcome is configured without "
+    "control), the answer by majority (gold-correct when an answer or outcome reward is configured)",
     "reward_gold": "gold-supervised adjudication: the decision from eta and a gold-correct debater answer (not the "
     "paper's method; marked uses_gold)",
 }
@@ -108,11 +112,15 @@ def warm_start_gold_use(targets: str | None, reward_funcs: Sequence[str]) -> str
     'trained to give gold-correct answers (answer reward; warm start targets the gold-correct answer)'
     >>> warm_start_gold_use("reward_gold", ["format", "control"])
     'trained to give gold-correct answers (warm_start_targets: reward_gold)'
+    >>> warm_start_gold_use(None, ["format", "outcome"])
+    'trained to give gold-correct answers (outcome reward)'
     """
     reasons = []
-    if "answer" in reward_funcs:
+    graded = [name for name in ("answer", "outcome") if name in reward_funcs]  # rewards that grade the answer
+    if graded:
         reasons.append(
-            "answer reward" + ("; warm start targets the gold-correct answer" if targets == "reward" else "")
+            " and ".join(f"{name} reward" for name in graded)
+            + ("; warm start targets the gold-correct answer" if targets == "reward" else "")
         )
     if targets == "reward_gold":
         reasons.append("warm_start_targets: reward_gold")
@@ -128,6 +136,7 @@ def reward_target(
     is_final_round: bool,
     choices: Sequence[str] | None = None,
     gold_answers: bool = False,
+    outcome_value: float | None = None,
 ) -> str | None:
     """The output the configured rewards score highest on one round (see the module docstring); ``None``: no target.
 
@@ -140,6 +149,11 @@ def reward_target(
         choices: the options of a multiple-choice item.
         gold_answers: answer with a gold-correct debater answer (an answer reward is configured, or
             ``reward_gold``); else with the label-free majority.
+        outcome_value: the outcome reward's score for ``CONTINUE`` on this row (decides the ``eta`` 0 rows:
+            ``CONTINUE`` only when it is above 0, what a wrong ``STOP`` scores); ``None``: decide by ``eta``.
+
+    >>> reward_target(["12", "14"], "math", gold="13", eta=0, is_final_round=False, outcome_value=-0.05)
+    'STOP <answer>12</answer>'
 
     Returns:
         ``"CONTINUE"``, ``"STOP <answer>...</answer>"``, or ``None`` (no answer parses, or the labels disagree).
@@ -154,7 +168,7 @@ def reward_target(
             chosen = correct
         elif not is_final_round and int(eta) == 1:
             return None  # eta 1 but no graded-correct answer: the labels disagree, skip the row
-    if not is_final_round and int(eta) == 0:
+    if not is_final_round and int(eta) == 0 and (outcome_value is None or outcome_value > 0):
         return "CONTINUE"
     return None if chosen is None else f"STOP <answer>{str(chosen).strip()}</answer>"
 
@@ -166,6 +180,7 @@ def build_warm_start_dataset(
     seed: int = 0,
     targets: str = "consensus",
     answer_reward: bool = False,
+    outcome_round_cost: float | None = None,
 ):
     """Turn moderator-dataset rows into prompt-completion rows with heuristic targets.
 
@@ -177,6 +192,9 @@ def build_warm_start_dataset(
             which also needs the ``gold`` and ``eta`` columns).
         answer_reward: whether an answer reward is configured (``reward`` targets then answer with the gold-correct
             answer, which that reward scores highest).
+        outcome_round_cost: set when the outcome reward is configured without the control reward: ``reward``
+            targets then decide the rows without a correct answer by the outcome reward's ``CONTINUE`` score at
+            this cost (needs the ``future_correct`` and ``outcome_estimator`` columns).
 
     Returns:
         A ``datasets.Dataset`` with columns ``prompt`` and ``completion`` (conversational).
@@ -186,6 +204,9 @@ def build_warm_start_dataset(
     if targets not in TARGETS:
         raise ValueError(f"warm_start_targets must be one of {sorted(TARGETS)}, got {targets!r}")
     needed = {"prompt", "answers", "kind"} | ({"gold", "eta"} if targets != "consensus" else set())
+    use_outcome = targets == "reward" and outcome_round_cost is not None
+    if use_outcome:
+        needed |= {"future_correct", "outcome_estimator"}
     gold_answers = targets == "reward_gold" or (targets == "reward" and answer_reward)
     missing = sorted(needed - set(dataset.column_names))
     if missing:
@@ -200,10 +221,20 @@ def build_warm_start_dataset(
     golds = dataset["gold"] if "gold" in columns else [None] * n
     etas = dataset["eta"] if "eta" in columns else [None] * n
     choices = dataset["choices"] if "choices" in columns else [None] * n
+    outcome_values: list[float | None] = [None] * n
+    if use_outcome:
+        from metamod.rewards.outcome import OutcomeReward
+
+        score = OutcomeReward(outcome_round_cost)
+        outcome_values = score(
+            ["CONTINUE"] * n, gold=golds, kind=dataset["kind"], future_correct=dataset["future_correct"],
+            outcome_estimator=dataset["outcome_estimator"], is_final_round=finals,
+        )  # fmt: skip
     rows: list[dict[str, Any]] = []
-    for prompt, answers, kind, final, gold, eta, options in zip(
-        dataset["prompt"], dataset["answers"], dataset["kind"], finals, golds, etas, choices, strict=True
-    ):
+    for prompt, answers, kind, final, gold, eta, options, outcome_value in zip(
+        dataset["prompt"], dataset["answers"], dataset["kind"], finals, golds, etas, choices, outcome_values,
+        strict=True,
+    ):  # fmt: skip
         if targets != "consensus":
             target = reward_target(
                 list(answers),
@@ -213,6 +244,7 @@ def build_warm_start_dataset(
                 is_final_round=bool(final),
                 choices=options or None,
                 gold_answers=gold_answers,
+                outcome_value=outcome_value,
             )
         else:
             target = heuristic_target(list(answers), kind, is_final_round=bool(final), choices=options or None)
@@ -248,6 +280,7 @@ def run_warm_start(
     tokenizer=None,
     targets: str = "consensus",
     answer_reward: bool = False,
+    outcome_round_cost: float | None = None,
 ) -> Path:
     """Fine-tune a fresh LoRA adapter on heuristic targets with ``trl.SFTTrainer`` and save it.
 
@@ -267,6 +300,7 @@ def run_warm_start(
         tokenizer: tokenizer to use (loaded from the model path when ``None``).
         targets: a key of :data:`TARGETS`.
         answer_reward: whether an answer reward is configured (see :func:`build_warm_start_dataset`).
+        outcome_round_cost: the outcome reward's cost when it decides targets (see :func:`build_warm_start_dataset`).
 
     Returns:
         The folder holding ``adapter_model.safetensors`` and ``adapter_config.json``.
@@ -275,8 +309,9 @@ def run_warm_start(
 
     output_dir = Path(output_dir)
     train = build_warm_start_dataset(
-        dataset, max_examples=max_examples, seed=seed, targets=targets, answer_reward=answer_reward
-    )
+        dataset, max_examples=max_examples, seed=seed, targets=targets, answer_reward=answer_reward,
+        outcome_round_cost=outcome_round_cost,
+    )  # fmt: skip
     args = SFTConfig(
         output_dir=str(output_dir),
         max_steps=max_steps,

@@ -8,6 +8,14 @@ STOP (= Accept with the answer) pays when the candidate is right, CONTINUE (= Re
 iteration of the budget gets the forced-answer prompt (``is_final_round``; the control reward skips it), unless
 ``single_template``.
 
+The outcome reward (:mod:`metamod.rewards.outcome`) reads the recorded later iterations: STOP (Accept, or Patch
+with the Controller's own answer: both write ``STOP <answer>...</answer>``) is paid by that answer's correctness,
+CONTINUE (Restart) by the next recorded candidate's correctness (``next_majority``; the others likewise) minus the
+round cost. A trace records a later iteration only after a Restart: at the iteration where the recording Controller
+accepted or patched, the value of restarting is unknown (``future_correct`` ``None``; the reward gives CONTINUE
+``None`` there, leaving it to the other rewards), and at the last iteration of the budget there is nothing to
+restart to (``[]``: CONTINUE scores 0).
+
 >>> from metamod.rollout.mro.traces import example_mro_trace
 >>> rows = mro_snapshot_rows(example_mro_trace("q1"))
 >>> [(r["round"], r["eta"], r["answers"], r["is_final_round"]) for r in rows]
@@ -20,7 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from metamod.rewards.outcome import DEFAULT_ESTIMATOR
 from metamod.rollout.mro.parse import MonitorReport, report_text
+from metamod.rollout.outcome import add_outcome_columns
 from metamod.rollout.state import controller_messages
 
 
@@ -36,7 +46,11 @@ def _report(monitor: dict[str, Any]) -> str:
 
 
 def mro_snapshot_rows(
-    trace: dict, *, max_rounds: int | None = None, single_template: bool = False
+    trace: dict,
+    *,
+    max_rounds: int | None = None,
+    single_template: bool = False,
+    outcome_estimator: str = DEFAULT_ESTIMATOR,
 ) -> list[dict[str, Any]]:
     """The controller rows of one MRO trace (columns of :data:`metamod.rollout.snapshots.COLUMNS`).
 
@@ -45,6 +59,8 @@ def mro_snapshot_rows(
         max_rounds: optional iteration budget of the dataset (longer traces are truncated; its last iteration is
             the forced one). ``None``: the trace's ``max_iterations``.
         single_template: the STOP/CONTINUE prompt on every row and ``is_final_round`` false everywhere.
+        outcome_estimator: how ``continue_value`` values the recorded later iterations (Restart); see the module
+            docstring.
 
     Returns:
         One row per iteration.
@@ -72,4 +88,5 @@ def mro_snapshot_rows(
                 "choices": choices,
             }
         )
-    return rows
+    at_budget = bool(rows) and trace["history"][len(rows) - 1]["iteration"] == budget
+    return add_outcome_columns(rows, [row["eta"] for row in rows], at_budget=at_budget, estimator=outcome_estimator)
