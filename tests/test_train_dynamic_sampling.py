@@ -247,11 +247,11 @@ def test_tiny_run_with_refill_curriculum_and_curves(tiny_model_dir, tmp_path):
     data = save_dataset(tmp_path / "data")
     out = tmp_path / "run"
     argv = [
-        "--model_name_or_path", str(tiny_model_dir), "--dataset_path", data, "--output_dir", str(out),
-        "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "6",
-        "--learning_rate", "5e-3", "--beta", "0", "--lora_r", "4", "--logging_steps", "1", "--max_steps", "2",
-        "--report_to", "none", "--seed", "0", "--save_strategy", "no", "--sample_log_steps", "0",
-        "--temperature", "1.0", "--drop_constant_groups", "true", "--max_refill_batches", "2",
+        "--config", "configs/train/tiny_sim.yaml", "--model_name_or_path", str(tiny_model_dir),
+        "--build_tiny_model", "false", "--dataset_path", data, "--output_dir", str(out), "--warm_start", "false",
+        "--per_device_train_batch_size", "8", "--max_completion_length", "6", "--logging_steps", "1",
+        "--max_steps", "2", "--save_strategy", "no", "--sample_log_steps", "0",
+        "--drop_constant_groups", "true", "--max_refill_batches", "2",
         "--curriculum_oversample", "2", "--curve_eval_steps", "1", "--curve_eval_rows", "6",
     ]  # fmt: skip
     assert main(argv) == 0
@@ -271,3 +271,12 @@ def test_tiny_run_with_refill_curriculum_and_curves(tiny_model_dir, tmp_path):
     assert all(0.0 <= p["stop_rate"] <= 1.0 for p in curves["heldout"]["points"])
     assert (out / "plots" / "learning_curves.png").stat().st_size > 1000
     assert "held-out control acc" in (out / "curves.md").read_text()
+
+    # the export carries the curves: table and plot in the model card, files copied
+    from metamod.train.export import export_adapter
+
+    exported = export_adapter(out, tmp_path / "export")
+    card = (exported / "README.md").read_text()
+    assert "## Learning curves" in card and "![learning curves](plots/learning_curves.png)" in card
+    assert "held-out control acc" in card and (exported / "plots" / "learning_curves.png").is_file()
+    assert json.loads((exported / "curves.json").read_text()) == curves

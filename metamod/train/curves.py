@@ -349,3 +349,21 @@ def write_curves(
     atomic_write_text(output_dir / CURVES_TABLE, "# Learning curves\n\n" + curves_table(points, held) + source + "\n")
     plot_curves(points, held, output_dir / CURVES_PLOT)
     return document
+
+
+def copy_curves(run_dir: str | Path | None, destination: str | Path) -> str | None:
+    """Copy a run's curve files (``curves.json``, ``curves.md``, the plot) into an export folder and return the
+    model card's "Learning curves" text (the table and a link to the plot), or ``None`` when the run has none."""
+    import shutil
+
+    if run_dir is None or not (Path(run_dir) / CURVES_TABLE).is_file():
+        return None
+    run_dir, destination = Path(run_dir), Path(destination)
+    for name in (CURVES_FILE, CURVES_TABLE, CURVES_PLOT):
+        if (run_dir / name).is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(run_dir / name, destination / name)
+    text = (run_dir / CURVES_TABLE).read_text().split("\n", 2)[-1].strip()  # without the "# Learning curves" title
+    if (run_dir / CURVES_PLOT).is_file():
+        text = f"![learning curves]({CURVES_PLOT})\n\n{text}"
+    return text
