@@ -229,6 +229,13 @@ def test_config_checks_the_new_options():
     base = dict(dataset_path="d", per_device_train_batch_size=4, num_generations=2, report_to="none")
     cfg = ModeratorGRPOConfig(**base)
     assert (cfg.curriculum_oversample, cfg.drop_constant_groups, cfg.curve_eval_steps) == (1, False, 0)
+    from metamod.train.grpo import ModeratorModelConfig
+    from metamod.train.run_folder import train_settings
+
+    settings = train_settings(cfg, ModeratorModelConfig(model_name_or_path="m"))
+    for key in ("curriculum_oversample", "drop_constant_groups", "constant_reward_tolerance", "max_refill_batches",
+                "curve_eval_steps", "curve_eval_rows"):  # fmt: skip
+        assert key in settings, key  # a rerun with another value is refused, like every training option
     for key, value, message in [
         ("curriculum_oversample", 0, "curriculum_oversample"),
         ("constant_reward_tolerance", -1.0, "constant_reward_tolerance"),

@@ -226,6 +226,34 @@ class HeldoutControlCallback(TrainerCallback):
             self.evaluate(state.global_step)
 
 
+def add_heldout_callback(
+    trainer: Any, args: Any, *, tokenizer: Any, unused_train: Any | None
+) -> HeldoutControlCallback | None:
+    """Add the held-out callback when ``args.curve_eval_steps`` asks for it (``None`` otherwise).
+
+    The rows: the ``dataset_eval_split`` of ``args.dataset_path`` (its prompts over ``max_prompt_tokens`` dropped,
+    as for training), else ``unused_train`` (:func:`heldout_sample`).
+    """
+    if not args.curve_eval_steps:
+        return None
+    from metamod.train import common
+
+    validation = None
+    if args.dataset_eval_split:
+        try:
+            validation = common.load_split(args.dataset_path, args.dataset_eval_split)
+        except FileNotFoundError:
+            validation = None
+        if validation is not None and len(validation):
+            validation = common.drop_long_prompts(
+                validation, tokenizer, args.max_prompt_tokens, where="held-out curve rows"
+            )
+    rows, source = heldout_sample(validation, unused_train, rows=args.curve_eval_rows, seed=args.seed)
+    callback = HeldoutControlCallback(trainer, rows, source, every=args.curve_eval_steps)
+    trainer.add_callback(callback)
+    return callback
+
+
 # ---------------------------------------------------------------- curves from the log history
 
 

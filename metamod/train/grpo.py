@@ -518,17 +518,7 @@ def _train(
         trainer.add_callback(sample_logger)
     elif not resume and is_main_process():  # a fresh start: samples of an earlier run would read as this run's
         (output_dir / SAMPLES_FILE).unlink(missing_ok=True)
-    heldout = None
-    if args.curve_eval_steps:
-        validation = None
-        if args.dataset_eval_split:
-            try:
-                validation = common.load_split(args.dataset_path, args.dataset_eval_split)
-            except FileNotFoundError:
-                validation = None
-        rows, source = curves.heldout_sample(validation, unused_train_ds, rows=args.curve_eval_rows, seed=args.seed)
-        heldout = curves.HeldoutControlCallback(trainer, rows, source, every=args.curve_eval_steps)
-        trainer.add_callback(heldout)
+    heldout = curves.add_heldout_callback(trainer, args, tokenizer=tokenizer, unused_train=unused_train_ds)
     try:
         result = trainer.train(resume_from_checkpoint=resume)
     finally:
