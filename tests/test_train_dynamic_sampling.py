@@ -277,7 +277,9 @@ def test_tiny_run_with_refill_curriculum_and_curves(tiny_model_dir, tmp_path):
     assert [p["step"] for p in curves["heldout"]["points"]] == [0, 1, 2]
     assert all(0.0 <= p["stop_rate"] <= 1.0 for p in curves["heldout"]["points"])
     assert (out / "plots" / "learning_curves.png").stat().st_size > 1000
-    assert "held-out control acc" in (out / "curves.md").read_text()
+    assert (
+        "held-out control acc" in (out / "curves.md").read_text() and "refill calls" in (out / "curves.md").read_text()
+    )
 
     # the export carries the curves: table and plot in the model card, files copied
     from metamod.train.export import export_adapter

@@ -294,13 +294,16 @@ def curves_table(points: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[
     steps = sorted({p["step"] for p in points} | set(by_step))
     train = {p["step"]: p for p in points}
     header = ["step", "reward", *names, "format valid", "STOP rate", "frac zero std", "reward std"]
+    refill = [k for k in ("refill_dropped_groups", "refill_calls", "refill_still_constant")
+              if any(p.get(k) is not None for p in points)]  # fmt: skip
+    header += [k.replace("_", " ") for k in refill]
     if heldout:
         header += ["held-out control acc", "held-out STOP rate", "held-out format valid"]
     rows = []
     for step in steps:
         p, h = train.get(step, {}), by_step.get(step, {})
         row = [step, p.get("reward"), *(p.get("rewards", {}).get(n) for n in names), p.get("format_valid"),
-               p.get("stop_rate"), p.get("frac_reward_zero_std"), p.get("reward_std")]  # fmt: skip
+               p.get("stop_rate"), p.get("frac_reward_zero_std"), p.get("reward_std"), *(p.get(k) for k in refill)]  # fmt: skip
         if heldout:
             row += [h.get(name) for name in HELDOUT_METRICS]
         rows.append(["" if v is None else v for v in row])

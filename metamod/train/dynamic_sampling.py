@@ -21,7 +21,8 @@ call) and merges the tensors of the kept groups; it overrides ``_calculate_rewar
 3. Groups still constant after that stay in the batch (it keeps its size) with advantage 0 and ``completion_mask``
    0, so they neither move the policy nor count in the per-token normaliser (``num_items_in_batch`` is recounted).
 
-Logged per step through the trainer's metrics: ``refill/dropped_groups`` (constant groups of the batch),
+Advantages are TRL's, computed per call (per group under ``scale_rewards: group``; under ``batch`` a kept group
+keeps the std of the call that generated it). Logged per step through the trainer's metrics: ``refill/dropped_groups`` (constant groups of the batch),
 ``refill/calls`` (extra generation calls) and ``refill/still_constant`` (groups masked out). TRL's own metrics
 (``reward``, ``frac_reward_zero_std``, ...) average over every generation call of the step, refills included.
 
