@@ -460,6 +460,9 @@ def export_adapter(
                     _copy_training_file(path, data, staging / path.name)
             if results_path:
                 shutil.copy2(results_path, staging / "results.json")
+            from metamod.train.curves import copy_curves
+
+            learning_curves = copy_curves(summary_path.parent if summary_path else None, staging)
             card = build_model_card(
                 base_model=card_base,
                 adapter_config=adapter_config,
@@ -475,6 +478,7 @@ def export_adapter(
                 merged_only=merge_only,
                 license=license,
                 base_is_local=card_base_is_local,
+                learning_curves=learning_curves,
             )
             card.save(staging / "README.md")
             secrets = find_secrets(staging, [_token_in_use()])

@@ -32,7 +32,9 @@ from metamod.llm.adapter_files import ADAPTER_CONFIG, check_resume_checkpoint, r
 from metamod.llm.tiny import TinyModelConfig
 from metamod.rewards import DEFAULT_REWARDS, get_reward_funcs, rewards_help
 from metamod.rewards.outcome import DEFAULT_ROUND_COST, check_outcome_columns
-from metamod.train import common
+from metamod.train import common, curves
+from metamod.train.curriculum import oversample
+from metamod.train.dynamic_sampling import DynamicSamplingGRPOTrainer
 from metamod.train.run_folder import (
     CONFIG_FILE,
     SAMPLES_FILE,
@@ -134,6 +136,40 @@ class ModeratorGRPOConfig(GRPOConfig):
         default=10, metadata={"help": "Every this many steps, log a few completions to samples.jsonl (0: never)."}
     )
     sample_log_count: int = field(default=4, metadata={"help": "Completions logged each time."})
+    curriculum_oversample: int = field(
+        default=1,
+        metadata={
+            "help": "Repeat each training row whose GRPO group can carry signal (debaters disagree, or eta flips "
+            "against the same debate's previous/next round) this many times: a weighting, not new data (1 = off). "
+            "See docs/training.md, Zero-variance groups."
+        },
+    )
+    drop_constant_groups: bool = field(
+        default=False,
+        metadata={
+            "help": "Dynamic sampling (DAPO): drop groups whose total reward is constant (within "
+            "constant_reward_tolerance) from the update and refill the batch with groups of other prompts; groups "
+            "still constant after max_refill_batches extra generation calls stay with zero advantage, masked out."
+        },
+    )
+    constant_reward_tolerance: float = field(
+        default=1e-6,
+        metadata={"help": "A group whose total rewards span at most this is constant (float noise; >= 0)."},
+    )
+    max_refill_batches: int = field(
+        default=2, metadata={"help": "Extra generation calls per step at most, with drop_constant_groups (>= 1)."}
+    )
+    curve_eval_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Every this many steps (and at the start), score greedy decisions of the current adapter on "
+            "curve_eval_rows held-out rounds (validation split, else train rows left out): heldout/control_accuracy,"
+            " heldout/stop_rate, heldout/format_valid in curves.json (0 = off)."
+        },
+    )
+    curve_eval_rows: int = field(
+        default=64, metadata={"help": "Held-out rounds scored each time (a fixed, seeded sample)."}
+    )
     auto_cpu: bool = field(
         default=True,
         metadata={
@@ -180,6 +216,17 @@ class ModeratorGRPOConfig(GRPOConfig):
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.outcome_round_cost < 1.0:
             raise ValueError(f"outcome_round_cost must be in [0, 1), got {self.outcome_round_cost}")
+        if self.curriculum_oversample < 1:
+            raise ValueError(f"curriculum_oversample must be >= 1 (1 = off), got {self.curriculum_oversample}")
+        if not self.constant_reward_tolerance >= 0:
+            raise ValueError(f"constant_reward_tolerance must be >= 0, got {self.constant_reward_tolerance}")
+        if self.max_refill_batches < 1:
+            raise ValueError(f"max_refill_batches must be >= 1, got {self.max_refill_batches}")
+        if self.curve_eval_steps < 0 or self.curve_eval_rows < 1:
+            raise ValueError(
+                f"curve_eval_steps must be >= 0 (0 = off) and curve_eval_rows >= 1, got {self.curve_eval_steps} and "
+                f"{self.curve_eval_rows}"
+            )
         if self.sample_log_steps < 0:
             raise ValueError(f"sample_log_steps must be >= 0 (0 turns sample logging off), got {self.sample_log_steps}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
@@ -228,10 +275,20 @@ class ModeratorGRPOConfig(GRPOConfig):
                 f"{common.suggest_batch_size(self.per_device_train_batch_size, self.num_generations)} (a multiple of "
                 f"num_generations), or choose num_generations dividing {batch}."
             )
+        if self.drop_constant_groups and (batch // world) % self.num_generations:
+            raise ValueError(
+                f"drop_constant_groups decides per process: each of the {world} processes' {batch // world} "
+                f"completions must form whole groups of num_generations={self.num_generations}; change the batch size"
+            )
 
 
 class ModeratorGRPOTrainer(SharedPrefixMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` with shared prompt prefixes (``share_prompt_prefix``); everything else is TRL's."""
+
+
+class DynamicModeratorGRPOTrainer(SharedPrefixMixin, DynamicSamplingGRPOTrainer):
+    """:class:`ModeratorGRPOTrainer` with dynamic sampling (``drop_constant_groups``: constant groups dropped and
+    refilled, :mod:`metamod.train.dynamic_sampling`)."""
 
 
 @dataclass
@@ -400,6 +457,7 @@ def _train(
     args.reward_weights = weights
     if args.init_adapter:
         init_adapter_config(args.init_adapter)  # a folder without an adapter or a run config: one line, now
+    reward_funcs = curves.with_protocol_metrics(reward_funcs)  # logs format validity / STOP rate; values unchanged
     if args.use_vllm:
         from metamod.llm import is_vllm_available
 
@@ -431,9 +489,15 @@ def _train(
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=args.trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    full_train_ds = train_ds
     train_ds = common.drop_long_prompts(train_ds, tokenizer, args.max_prompt_tokens, where="train split")
+    unused_train_ds = None
     if args.max_train_examples is not None and len(train_ds) > args.max_train_examples:
-        train_ds = train_ds.shuffle(seed=args.seed).select(range(args.max_train_examples))
+        shuffled = train_ds.shuffle(seed=args.seed)
+        train_ds = shuffled.select(range(args.max_train_examples))
+        unused_train_ds = shuffled.select(range(args.max_train_examples, len(shuffled)))
+    warm_start_ds = train_ds  # the warm start sees each row once: the curriculum weights GRPO only
+    train_ds, curriculum_rows = oversample(train_ds, times=args.curriculum_oversample, source_rows=full_train_ds)
     eval_ds = None
     if args.eval_strategy != "no" and args.dataset_eval_split:
         eval_ds = common.load_split(args.dataset_path, args.dataset_eval_split)
@@ -468,14 +532,23 @@ def _train(
     if (args.warm_start or args.init_adapter) and not model_args.use_peft:
         raise ValueError("warm_start / init_adapter train a LoRA adapter: set use_peft=true")
     if args.warm_start:
-        model = _warm_started_model(args, model_args, model_path, peft_config, train_ds, tokenizer, model_init_kwargs)
+        model = _warm_started_model(
+            args, model_args, model_path, peft_config, warm_start_ds, tokenizer, model_init_kwargs
+        )
         peft_config = None
     elif args.init_adapter:
         logger.info("Starting GRPO from the adapter in %s", args.init_adapter)
         model = _trainable_adapter(args, model_path, Path(args.init_adapter), model_init_kwargs)
         peft_config = None
 
-    trainer = ModeratorGRPOTrainer(
+    trainer_class, ds_kwargs = ModeratorGRPOTrainer, {}
+    if args.drop_constant_groups:
+        trainer_class = DynamicModeratorGRPOTrainer
+        ds_kwargs = dict(
+            constant_reward_tolerance=args.constant_reward_tolerance, max_refill_batches=args.max_refill_batches
+        )
+    trainer = trainer_class(
+        **ds_kwargs,
         model=model,
         reward_funcs=reward_funcs,
         args=args,
@@ -494,6 +567,7 @@ def _train(
         trainer.add_callback(sample_logger)
     elif not resume and is_main_process():  # a fresh start: samples of an earlier run would read as this run's
         (output_dir / SAMPLES_FILE).unlink(missing_ok=True)
+    heldout = curves.add_heldout_callback(trainer, args, tokenizer=tokenizer, unused_train=unused_train_ds)
     try:
         result = trainer.train(resume_from_checkpoint=resume)
     finally:
@@ -503,7 +577,12 @@ def _train(
     record_base_alias(output_dir, model_args.model_name_or_path)
     trainer.save_state()  # trainer_state.json (full log history) beside the adapter
     summary = summarize(trainer.state.log_history, reward_names=trainer.reward_func_names)
+    if trainer.accelerator.is_main_process:
+        curves.write_curves(
+            output_dir, trainer.state.log_history, reward_names=trainer.reward_func_names, heldout=heldout
+        )
     summary.update(
+        curriculum_signal_rows=curriculum_rows,
         run=Path(output_dir).name,
         output_dir=str(output_dir),
         model=model_path,
@@ -630,7 +709,10 @@ def summarize(log_history: list[dict[str, Any]], *, reward_names: list[str]) -> 
     change = None
     if first and last and first["reward"] is not None and last["reward"] is not None:
         change = round(last["reward"] - first["reward"], 6)
-    return {"logged_steps": len(logged), "first_logged": first, "last_logged": last, "reward_change": change}
+    return {
+        "logged_steps": len(logged), "first_logged": first, "last_logged": last, "reward_change": change,
+        **curves.zero_variance_summary(log_history),
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -645,10 +727,19 @@ def main(argv: list[str] | None = None) -> int:
     label = " (simulated debates)" if summary["simulated"] else ""
     print(
         f"Trained {summary['global_step']} steps in {summary['wall_time_s']:.1f}s{label}; mean reward "
-        f"{_fmt(summary['first_logged'])} -> {_fmt(summary['last_logged'])}; adapter in {summary['output_dir']}"
+        f"{_fmt(summary['first_logged'])} -> {_fmt(summary['last_logged'])}; frac_reward_zero_std "
+        f"{_fmt_stats(summary.get('frac_reward_zero_std'))}, reward_std {_fmt_stats(summary.get('reward_std'))}; "
+        f"adapter in {summary['output_dir']}"
     )
     return 0
 
 
 def _fmt(entry: dict[str, Any] | None) -> str:
     return "n/a" if not entry or entry.get("reward") is None else f"{entry['reward']:.3f} (step {entry['step']})"
+
+
+def _fmt_stats(stats: dict[str, float] | None) -> str:
+    """``first -> last (mean m)`` of a per-step metric, ``n/a`` when it was never logged."""
+    if not stats:
+        return "n/a"
+    return f"{stats['first']:.3f} -> {stats['last']:.3f} (mean {stats['mean']:.3f})"

@@ -363,6 +363,7 @@ def build_model_card(
     merged_only: bool = False,
     license: str | None = None,
     base_is_local: bool = False,
+    learning_curves: str | None = None,
 ):
     """Render the model card of an exported adapter.
 
@@ -381,6 +382,7 @@ def build_model_card(
         merged_only: the card sits beside merged full weights only (no adapter files): transformers usage.
         license: license identifier for the metadata (``None`` leaves it out).
         base_is_local: the base model is a local folder (the card then says how to point it at the Hub).
+        learning_curves: the run's learning-curve table and plot link (:func:`metamod.train.curves.copy_curves`).
 
     Returns:
         A ``huggingface_hub.ModelCard``; ``card.save(path)`` writes ``README.md``.
@@ -437,6 +439,7 @@ def build_model_card(
         lora_table=settings_table(adapter_config, LORA_KEYS),
         grpo_table=settings_table(grpo_source, GRPO_KEYS),
         summary_table=summary_table(train_summary),
+        learning_curves=learning_curves,
         results_section=results_section,
         adapter_ref=adapter_ref,
         repo_id=repo_id,
