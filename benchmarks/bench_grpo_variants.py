@@ -10,7 +10,9 @@ recorded held-out debates (``--eval-traces``: replay, no debater generation) as 
 * control accuracy on ALL non-final held-out rounds (the moderator is asked at every round of every debate by the
   stop curve, ``stop-curve.jsonl``: STOP iff eta), next to always-STOP's on the same rounds, the STOP rate and the
   format-valid rate there;
-* training: mean ``frac_reward_zero_std`` and ``reward_std`` over the logged steps, seconds per step.
+* training: mean ``frac_reward_zero_std`` and ``reward_std`` over the logged steps, seconds per step; each run
+  folder has its learning curves (``curves.md``, ``plots/learning_curves.png``, held-out control accuracy on 32
+  validation rounds every ``--curve-every`` steps).
 
 Stages whose outputs exist are skipped (a rerun resumes); ``--variants`` picks which to run.
 
@@ -106,6 +108,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", required=True, help="the warm-start adapter every variant starts from")
     parser.add_argument("--eval-questions", type=int, default=200)
     parser.add_argument("--steps", type=int, default=24, help="GRPO steps per variant")
+    parser.add_argument("--curve-every", type=int, default=8, help="held-out learning-curve point every N steps")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -127,6 +130,7 @@ def main() -> None:
         stage(f"train-{name}", ["train", "--config", "configs/train/smol_moderator.yaml", "--dataset_path",
                                 args.dataset, "--output_dir", str(run), "--warm_start", "false", "--init_adapter",
                                 args.bootstrap, "--max_steps", str(args.steps), "--save_steps", str(args.steps),
+                                "--curve_eval_steps", str(args.curve_every), "--curve_eval_rows", "32",
                                 *VARIANTS[name]], run / "train_summary.json", timings)  # fmt: skip
         runs[name] = run
         folders[name] = evaluate(name, str(run))
