@@ -90,7 +90,10 @@ class ScriptedRoles:
                 word = " ACCEPT" if p >= 0.5 else " RESTART"
                 tokens = ["ACTION", ":", word, "\n", "JUSTIFICATION", ": ok"]
                 top = [{"ACTION": 0.0}, {":": 0.0}, {" ACCEPT": L(p), " RESTART": L(1 - p)}, {}, {}, {}]
-                out.append(Generation("".join(tokens), 50, len(tokens), "stop", tokens=tokens, top_logprobs=top))
+                if not sampling.top_logprobs:  # not asked: no tokens, no top-k (as the backends do)
+                    tokens, top = None, None
+                text = "ACTION:" + word + "\nJUSTIFICATION: ok"
+                out.append(Generation(text, 50, 6, "stop", tokens=tokens, top_logprobs=top))
             elif "ERROR_FOUND: yes or no" in content:
                 out.append(Generation("ERROR_FOUND: no\nEXPLANATION: fine", 40, 8, "stop"))
             else:
@@ -123,6 +126,27 @@ def test_the_prompted_controller_records_p_accept_and_p_stop():
         details = controller_stop_details(trace["history"])
         assert details["p_accept"] == [r["controller"]["p_accept"] for r in trace["history"]]
     assert seen > len(traces)  # some questions were restarted
+    # controller_top_logprobs: 0 asks for none: the same decisions, no probability
+    quiet = MRORoles(roles.reasoner, roles.monitor, LLMController(generator, sampling, top_logprobs=0))
+    again = list(run_mro(examples, quiet, max_iterations=3, progress=False))
+    assert generator.top_logprobs_asked[-1] == 0
+    assert [[r["controller"]["action"] for r in t["history"]] for t in again] == [
+        [r["controller"]["action"] for r in t["history"]] for t in traces
+    ]
+    assert all(r["controller"]["p_accept"] is None and r["controller"]["p_stop"] is None
+               for t in again for r in t["history"])  # fmt: skip
+
+
+def test_controller_top_logprobs_option_is_checked():
+    from metamod.evaluate.mro.methods import MROOptions
+
+    assert (
+        MROOptions().controller_top_logprobs == 10
+        and MROOptions(controller_top_logprobs=0).controller_top_logprobs == 0
+    )
+    for bad in (-1, 21, True, 2.5):
+        with pytest.raises(ValueError, match="controller_top_logprobs must be an integer in"):
+            MROOptions(controller_top_logprobs=bad)
 
 
 # --------------------------------------------------------------------------------------------- the accept sweep

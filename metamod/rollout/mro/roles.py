@@ -231,13 +231,24 @@ class LLMController(_LLMRole):
     At the last iteration a RESTART cannot run: the engine ends the loop with status ``max_iterations`` and the
     last candidate's answer, as in MC² (the budget is exhausted).
 
-    The one ``chat`` call also asks for the top-k log-probs (at least
-    :data:`~metamod.rewards.moderator.DECISION_TOP_LOGPROBS`; nothing extra is generated), from which each turn
-    carries ``p_accept`` = P(ACCEPT) and ``p_stop`` = P(ACCEPT) + P(PATCH) at the ``ACTION`` value
+    The one ``chat`` call also asks for the top ``top_logprobs`` log-probs (default
+    :data:`~metamod.rewards.moderator.DECISION_TOP_LOGPROBS`; nothing extra is generated; 0 asks for none), from
+    which each turn carries ``p_accept`` = P(ACCEPT) and ``p_stop`` = P(ACCEPT) + P(PATCH) at the ``ACTION`` value
     (:func:`~metamod.rollout.mro.parse.action_probabilities`; ``None`` without the field or the log-probs).
     """
 
     role = "controller"
+
+    def __init__(
+        self,
+        generator: Generator,
+        sampling: SamplingConfig,
+        *,
+        top_logprobs: int = DECISION_TOP_LOGPROBS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(generator, sampling, **kwargs)
+        self.top_logprobs = top_logprobs
 
     def decide(self, requests: list[ControllerRequest]) -> list[ControllerTurn]:
         conversations = [
@@ -250,7 +261,8 @@ class LLMController(_LLMRole):
             )
             for r in requests
         ]
-        generations = self.chat(conversations, top_logprobs=max(self.sampling.top_logprobs, DECISION_TOP_LOGPROBS))
+        asked = max(self.sampling.top_logprobs, self.top_logprobs) if self.top_logprobs else 0
+        generations = self.chat(conversations, top_logprobs=asked)
         turns = []
         for r, g in zip(requests, generations, strict=True):
             decision = parse_controller(g.text, error_found=r.report.error_found if r.report else None)
