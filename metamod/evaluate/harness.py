@@ -73,6 +73,7 @@ from .memories import (
 from .memory_metrics import batch_metrics, half_gains
 from .methods import build_method, check_method_kinds, method_spec
 from .metrics import task_metrics
+from .mro.report import write_controller_plots
 from .replay import replay, run_live
 from .report import (
     analysis_tables,
@@ -563,6 +564,8 @@ def _evaluate(
     if config.plots and document["results"]:
         write_plots(document["results"], document["labels"], output_dir / "plots", simulated=document["simulated"])
         write_analysis_plots(document, output_dir / "plots")
+        write_controller_plots(document["results"], document["labels"], output_dir / "plots",
+                               simulated=document["simulated"])  # fmt: skip
     if config.plots and document.get("stop_curve"):
         write_stop_plots(document["stop_curve"], document["labels"], output_dir / "plots", document["simulated"])
     return document

@@ -16,6 +16,7 @@ from typing import Any
 
 from .flips import flips_table, plot_flips
 from .frontier import budget_rows, equal_tokens_cell, frontier_table, plot_frontier
+from .mro.report import controller_stopping_table
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ def markdown_tables(
                 f"{r['tokens_per_question']:.0f} | {valid} | {equal_tokens_cell(budget or {}, task, m)} |"
             )
     lines += _mro_table(results, labels, methods, tag)
+    lines += controller_stopping_table(results, labels, methods, tag)
     lines += _batch_table(results, labels, methods, tag)
     return "\n".join(lines) + "\n"
 

@@ -305,11 +305,12 @@ def curve_points(questions: Sequence[Mapping[str, Any]], thresholds: Sequence[fl
     return points
 
 
-def reliability(questions: Sequence[Mapping[str, Any]], bins: int = BINS) -> dict[str, Any]:
+def reliability(questions: Sequence[Mapping[str, Any]], bins: int = BINS, key: str = "p_stop") -> dict[str, Any]:
     """P(STOP) of the stop decisions (rounds before ``T_max``) binned against the eta rate of those rounds.
 
     ``ece`` is the count-weighted mean gap ``|mean P(STOP) - eta rate|`` over the non-empty bins; ``p_stop_missing``
-    counts the decisions whose P(STOP) could not be read (left out).
+    counts the decisions whose P(STOP) could not be read (left out). ``key`` names the probability read from each
+    step and in the output (``mean_<key>``, ``<key>_missing``): the MRO Controller's P(Accept) uses ``p_accept``.
 
     >>> q = {"steps": [{"p_stop": 0.95, "eta": 1}, {"p_stop": 0.05, "eta": 0}, {"p_stop": None, "eta": 1},
     ...                {"p_stop": 1.0, "eta": 1}]}
@@ -319,10 +320,10 @@ def reliability(questions: Sequence[Mapping[str, Any]], bins: int = BINS) -> dic
     pairs, missing = [], 0
     for q in questions:
         for step in q["steps"][:-1]:
-            if step["p_stop"] is None:
+            if step[key] is None:
                 missing += 1
             elif step.get("eta") is not None:
-                pairs.append((float(step["p_stop"]), int(step["eta"])))
+                pairs.append((float(step[key]), int(step["eta"])))
     out_bins = []
     for b in range(bins):
         lo, hi = b / bins, (b + 1) / bins
@@ -333,13 +334,13 @@ def reliability(questions: Sequence[Mapping[str, Any]], bins: int = BINS) -> dic
                     "low": lo,
                     "high": hi,
                     "count": len(inside),
-                    "mean_p_stop": sum(p for p, _ in inside) / len(inside),
+                    f"mean_{key}": sum(p for p, _ in inside) / len(inside),
                     "eta_rate": sum(e for _, e in inside) / len(inside),
                 }
             )
     total = len(pairs)
-    ece = sum(b["count"] / total * abs(b["mean_p_stop"] - b["eta_rate"]) for b in out_bins) if total else None
-    return {"bins": out_bins, "ece": None if ece is None else round(ece, 6), "steps": total, "p_stop_missing": missing}
+    ece = sum(b["count"] / total * abs(b[f"mean_{key}"] - b["eta_rate"]) for b in out_bins) if total else None
+    return {"bins": out_bins, "ece": None if ece is None else round(ece, 6), "steps": total, f"{key}_missing": missing}
 
 
 def stop_curve_results(

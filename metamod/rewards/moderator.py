@@ -7,7 +7,8 @@ A moderator answers each debate round with exactly one of two outputs:
 
 :func:`parse_decision` is the ONE parser of that protocol: the rewards below and the evaluation's moderator decision
 layers both call it, so training and inference never disagree on what a moderator said. Beside it,
-:func:`decision_probability` reads how sure the moderator was: P(STOP) from the top-k log-probs at its decision word.
+:func:`decision_probability` reads how sure the moderator was: P(STOP) from the top-k log-probs at its decision word
+(through :func:`keyword_probabilities`, the one prefix-mass reader, which the MRO Controller's ACTION reader shares).
 
 Parsing rules (all decided here and tested in ``tests/test_rewards.py``):
 
@@ -168,6 +169,59 @@ def _names_keyword(text: str, keyword: str) -> bool:
     return text.startswith(keyword) and not re.match(r"[A-Za-z0-9_]", text[len(keyword) :])
 
 
+def keyword_probabilities(
+    alternatives: Mapping[str, float], keywords: Sequence[str], *, lead: str = "", ignore_case: bool = False
+) -> dict[str, float] | None:
+    """The distribution over ``keywords`` at ONE generated position, from that position's top-k log-probs.
+
+    The ONE prefix-mass reader: :func:`decision_probability` (the moderator's STOP / CONTINUE) and the prompted MRO
+    Controller's ACCEPT / PATCH / RESTART (:func:`metamod.rollout.mro.parse.action_probabilities`) both call it.
+    Each alternative token whose text, leading whitespace stripped, can open a keyword (a non-empty prefix of it,
+    or the whole keyword followed by a non-word character) adds its probability to that keyword; every other token
+    is left out; the masses are normalised over the keywords: ``P(keyword | the text there opens with one of them)``.
+
+    Args:
+        alternatives: the position's top-k token texts -> log-prob (one entry of ``Generation.top_logprobs``).
+        keywords: the words to tell apart; no two may share their first character (no token counts for two).
+        lead: text the chosen token has BEFORE the keyword starts (a token ``": AC"`` where the value starts at
+            ``A``): an alternative counts only when it opens with the same text (whitespace ignored), which is then
+            dropped before the prefix test.
+        ignore_case: compare case-insensitively (``Accept`` counts for ``ACCEPT``).
+
+    Returns:
+        keyword -> probability (summing to 1), or ``None`` when no alternative can open any keyword.
+
+    >>> import math
+    >>> top = {" AC": math.log(0.5), " PATCH": math.log(0.25), "RE": math.log(0.25), " I": math.log(0.1)}
+    >>> keyword_probabilities(top, ("ACCEPT", "PATCH", "RESTART"))
+    {'ACCEPT': 0.5, 'PATCH': 0.25, 'RESTART': 0.25}
+    >>> keyword_probabilities({": Acc": -1.0, ":": -2.0}, ("ACCEPT", "PATCH"), lead=": ", ignore_case=True)
+    {'ACCEPT': 1.0, 'PATCH': 0.0}
+    >>> keyword_probabilities({"Hello": -0.1}, ("STOP", "CONTINUE")) is None
+    True
+    """
+    fold = str.upper if ignore_case else str
+    words = [fold(k) for k in keywords]
+    if len({w[:1] for w in words}) != len(words) or not all(words):
+        raise ValueError(f"keywords must be non-empty and start with distinct characters, got {list(keywords)}")
+    head = fold(lead.strip())
+    mass = dict.fromkeys(keywords, 0.0)
+    for text, logprob in alternatives.items():
+        text = fold(text).lstrip()
+        if head:
+            if not text.startswith(head):
+                continue
+            text = text[len(head) :]
+        for keyword, word in zip(keywords, words, strict=True):
+            if _names_keyword(text, word):
+                mass[keyword] += math.exp(logprob)
+                break
+    total = sum(mass.values())
+    if total <= 0.0:
+        return None
+    return {k: v / total for k, v in mass.items()}
+
+
 def decision_probability(
     tokens: Sequence[str] | None, top_logprobs: Sequence[Mapping[str, float]] | None, keyword: str = STOP
 ) -> float | None:
@@ -177,9 +231,10 @@ def decision_probability(
     That position is the first completion token whose text is not whitespace. Among that position's top-k
     alternatives, the mass of tokens that can open ``STOP`` (leading whitespace stripped: a non-empty prefix of
     ``STOP``, or ``STOP`` followed by a non-word character) is divided by itself plus the mass of those that can
-    open ``CONTINUE`` (the two words share no first letter, so no token counts for both); every other token
-    (``stop``, ``I``, a tag, whitespace) is left out. The result is ``P(keyword | the output opens with a decision
-    word)``. For ``keyword=CONTINUE`` it is ``1 - `` the ``STOP`` value.
+    open ``CONTINUE`` (:func:`keyword_probabilities`; the two words share no first letter, so no token counts for
+    both); every other token (``stop``, ``I``, a tag, whitespace) is left out. The result is
+    ``P(keyword | the output opens with a decision word)``. For ``keyword=CONTINUE`` it is ``1 - `` the ``STOP``
+    value.
 
     Returns ``None`` when it cannot be read: no top-k log-probs (``None``: the backend was not asked or cannot),
     an output with no non-whitespace token, or a position whose top-k holds neither word (the moderator was not
@@ -207,16 +262,8 @@ def decision_probability(
     position = next((i for i, token in enumerate(tokens) if token.strip()), None)
     if position is None or position >= len(top_logprobs):
         return None
-    stop = cont = 0.0
-    for text, logprob in top_logprobs[position].items():
-        if _names_keyword(text, STOP):
-            stop += math.exp(logprob)
-        elif _names_keyword(text, CONTINUE):
-            cont += math.exp(logprob)
-    if stop + cont <= 0.0:
-        return None
-    p = stop / (stop + cont)
-    return p if keyword == STOP else 1.0 - p
+    distribution = keyword_probabilities(top_logprobs[position], (STOP, CONTINUE))
+    return None if distribution is None else distribution[keyword]
 
 
 def completion_text(completion: Any) -> str:

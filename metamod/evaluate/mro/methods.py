@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from metamod.config import ConfigError
+from metamod.llm.base import MAX_TOP_LOGPROBS
 from metamod.memory.base import ask_guidance
 from metamod.rollout.mro import MRORoles, MROStats, run_mro
 from metamod.rollout.mro.roles import LLMController, LLMMonitor, LLMReasoner, ModeratorController, ReasonerRequest
@@ -65,6 +66,14 @@ class MROOptions:
             "uses moderator_max_tokens."
         },
     )
+    controller_top_logprobs: int = field(
+        default=10,
+        metadata={
+            "help": "Top-k log-probs the prompted Controller's own call asks for, to read P(Accept) and P(STOP) at "
+            "its ACTION value (p_accept, p_stop) at no extra generation; 0: ask for none (a server that rejects "
+            "logprobs): both are then null. A moderator Controller asks for the top 10 regardless."
+        },
+    )
     retry_with_attempt: bool = field(
         default=False,
         metadata={
@@ -78,6 +87,9 @@ class MROOptions:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
+        top = self.controller_top_logprobs
+        if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"controller_top_logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {top!r}")
         if not isinstance(self.retry_with_attempt, bool):
             raise ValueError(f"retry_with_attempt must be true or false, got {self.retry_with_attempt!r}")
 
@@ -178,7 +190,13 @@ class _MROBase(SingleAgentMethod):
         return self.context.mro_simulation or MROSimulationConfig(mro_sim_seed=self.context.seed)
 
     def _controller(self, sampling: Any) -> Any:
-        return LLMController(self.context.agent, sampling, memory=self.context.memory, method=self.name)
+        return LLMController(
+            self.context.agent,
+            sampling,
+            memory=self.context.memory,
+            method=self.name,
+            top_logprobs=self.options.controller_top_logprobs,
+        )
 
     def roles(self) -> MRORoles:
         """The three roles this method runs with."""

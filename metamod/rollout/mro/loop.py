@@ -252,6 +252,7 @@ class MROLoop:
                     "parse": decision.parse,
                     "policy_update": _policy_update(roles.controller, trace["id"]),
                     **({"p_stop": turn.p_stop} if getattr(turn, "reads_p_stop", False) else {}),
+                    **({"p_accept": turn.p_accept} if getattr(turn, "reads_p_accept", False) else {}),
                 },
             }
             trace["history"].append(record)

@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from metamod.prompts import render
+from metamod.rewards.moderator import keyword_probabilities
 from metamod.tasks.grading import extract_answer
 
 ACCEPT, PATCH, RESTART = 1, 2, 3
@@ -56,6 +58,12 @@ _ACTION_WORD = re.compile(r"\b(ACCEPT|PATCH|RESTART)\b", re.IGNORECASE)
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
+def _field_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
+    """A field name at the start of a line, optionally bolded, then ``:`` and the spaces before its value."""
+    alternatives = "|".join(sorted((re.escape(n) for n in names), key=len, reverse=True))
+    return re.compile(rf"^[ \t>*#-]*(?:\*\*)?({alternatives})(?:\*\*)?[ \t]*[:：](?:\*\*)?[ \t]*", re.I | re.M)
+
+
 def tagged_fields(text: str, names: tuple[str, ...]) -> dict[str, str]:
     """``FIELD: value`` pairs of ``text`` for the given field names (a value runs to the next known field).
 
@@ -65,9 +73,7 @@ def tagged_fields(text: str, names: tuple[str, ...]) -> dict[str, str]:
     >>> tagged_fields("ACTION: RESTART\\nSUGGESTIONS: redo step 2\\nand check it", ("ACTION", "SUGGESTIONS"))
     {'ACTION': 'RESTART', 'SUGGESTIONS': 'redo step 2\\nand check it'}
     """
-    alternatives = "|".join(sorted((re.escape(n) for n in names), key=len, reverse=True))
-    pattern = re.compile(rf"^[ \t>*#-]*(?:\*\*)?({alternatives})(?:\*\*)?[ \t]*[:：](?:\*\*)?[ \t]*", re.I | re.M)
-    matches = list(pattern.finditer(text or ""))
+    matches = list(_field_pattern(names).finditer(text or ""))
     fields: dict[str, str] = {}
     for i, match in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
@@ -244,6 +250,70 @@ def parse_controller(text: str, *, error_found: bool | None) -> ControllerDecisi
         ),
         parse=how,
     )
+
+
+#: the Controller's action words, in action-code order (the keywords of :func:`action_probabilities`)
+ACTION_WORDS = ("ACCEPT", "PATCH", "RESTART")
+#: characters skipped between the ``ACTION:`` field name and its value's first letter (markdown, quotes)
+_VALUE_LEAD = " \t*_\"'`["
+
+
+def action_probabilities(
+    tokens: Sequence[str] | None, top_logprobs: Sequence[Mapping[str, float]] | None
+) -> dict[str, float] | None:
+    """The prompted Controller's distribution over ACCEPT / PATCH / RESTART, read from the top-k log-probs of the SAME
+    generation at the token where its ``ACTION`` value starts.
+
+    The position is found in the completion's own tokens (``Generation.tokens``, joined): the first ``ACTION:``
+    field as :func:`tagged_fields` finds it (start of a line, any case, optionally bolded), then its value's first
+    character after spaces, markdown and quotes; the token holding that character is the decision position (a value
+    split as ``" AC"`` + ``"CEPT"`` is read at ``" AC"``). :func:`~metamod.rewards.moderator.keyword_probabilities`
+    (the one prefix-mass reader, shared with the moderator's P(STOP)) sums, per word, the probability of the
+    alternatives that can open it (case-insensitively, as :func:`parse_controller` reads the action) and normalises
+    over the three; text the chosen token has before the value (``": AC"``) must open the alternatives too.
+
+    Returns ``None`` (counted by the evaluation, never read as 0 or 1) when there are no top-k log-probs, no
+    ``ACTION`` field in the completion, no value after it, or no alternative there that can open an action word.
+    Only the tagged field is read: an action found by the JSON or keyword fallbacks has no probability.
+
+    Args:
+        tokens: the text of each completion token.
+        top_logprobs: per completion token, the top-k token texts -> log-prob.
+
+    Returns:
+        ``{"accept": p, "patch": p, "restart": p}`` summing to 1, or ``None``.
+
+    >>> import math
+    >>> toks = ["ACTION", ":", " AC", "CEPT", "\\n"]
+    >>> top = [{}, {}, {" AC": math.log(0.6), " PATCH": math.log(0.2), " RE": math.log(0.2), " I": -1.0}, {}, {}]
+    >>> {k: round(v, 3) for k, v in action_probabilities(toks, top).items()}
+    {'accept': 0.6, 'patch': 0.2, 'restart': 0.2}
+    >>> action_probabilities(["I", " think", " so"], [{}, {}, {}]) is None
+    True
+    """
+    if not tokens or top_logprobs is None:
+        return None
+    joined = "".join(tokens)
+    field = next(
+        (m for m in _field_pattern(CONTROLLER_FIELDS).finditer(joined) if m.group(1).upper() == "ACTION"), None
+    )
+    if field is None:
+        return None
+    start = field.end()
+    while start < len(joined) and joined[start] in _VALUE_LEAD:
+        start += 1
+    if start >= len(joined) or joined[start] in "\r\n":
+        return None
+    position, offset = 0, 0
+    while offset + len(tokens[position]) <= start:  # the token holding the value's first character
+        offset += len(tokens[position])
+        position += 1
+    if position >= len(top_logprobs):
+        return None
+    distribution = keyword_probabilities(
+        top_logprobs[position], ACTION_WORDS, lead=joined[offset:start], ignore_case=True
+    )
+    return None if distribution is None else {word.lower(): p for word, p in distribution.items()}
 
 
 # --------------------------------------------------------------------------------------------- prompts

@@ -49,6 +49,7 @@ from metamod.rollout.mro.parse import (
     RESTART,
     ControllerDecision,
     MonitorReport,
+    action_probabilities,
     controller_prompt_messages,
     monitor_messages,
     parse_controller,
@@ -104,17 +105,24 @@ class ControllerRequest:
 
 @dataclass
 class ControllerTurn:
-    """A Controller's generation and the decision parsed from it.
+    """A Controller's generation and the decision parsed from it, with what the same request says about its odds.
 
-    ``p_stop`` (a moderator Controller only, ``reads_p_stop``): its P(STOP), the probability that it ends the loop
-    (Accept, or Patch when its answer differs), read from the top-k log-probs of the same request
-    (:func:`~metamod.rewards.moderator.decision_probability`; ``None`` when unreadable).
+    ``p_stop`` (``reads_p_stop``): the probability that the Controller ends the loop, read from the top-k log-probs
+    of the same request (``None`` when unreadable). For a moderator Controller it is its P(STOP) (Accept, or Patch
+    when its answer differs; :func:`~metamod.rewards.moderator.decision_probability`); for the prompted Controller
+    it is P(ACCEPT) + P(PATCH) at its ``ACTION`` value (:func:`~metamod.rollout.mro.parse.action_probabilities`).
+
+    ``p_accept`` (``reads_p_accept``, the prompted Controller only): P(ACCEPT) at its ``ACTION`` value, over ACCEPT /
+    PATCH / RESTART. A moderator Controller has none: its Accept is ``STOP`` with the candidate's answer, decided by
+    the answer it writes after ``STOP``, so no single token's distribution gives it.
     """
 
     generation: Generation
     decision: ControllerDecision
     p_stop: float | None = None
     reads_p_stop: bool = False
+    p_accept: float | None = None
+    reads_p_accept: bool = False
 
 
 @runtime_checkable
@@ -222,9 +230,25 @@ class LLMController(_LLMRole):
 
     At the last iteration a RESTART cannot run: the engine ends the loop with status ``max_iterations`` and the
     last candidate's answer, as in MC² (the budget is exhausted).
+
+    The one ``chat`` call also asks for the top ``top_logprobs`` log-probs (default
+    :data:`~metamod.rewards.moderator.DECISION_TOP_LOGPROBS`; nothing extra is generated; 0 asks for none), from
+    which each turn carries ``p_accept`` = P(ACCEPT) and ``p_stop`` = P(ACCEPT) + P(PATCH) at the ``ACTION`` value
+    (:func:`~metamod.rollout.mro.parse.action_probabilities`; ``None`` without the field or the log-probs).
     """
 
     role = "controller"
+
+    def __init__(
+        self,
+        generator: Generator,
+        sampling: SamplingConfig,
+        *,
+        top_logprobs: int = DECISION_TOP_LOGPROBS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(generator, sampling, **kwargs)
+        self.top_logprobs = top_logprobs
 
     def decide(self, requests: list[ControllerRequest]) -> list[ControllerTurn]:
         conversations = [
@@ -237,11 +261,16 @@ class LLMController(_LLMRole):
             )
             for r in requests
         ]
-        generations = self.chat(conversations)
-        return [
-            ControllerTurn(g, parse_controller(g.text, error_found=r.report.error_found if r.report else None))
-            for r, g in zip(requests, generations, strict=True)
-        ]
+        asked = max(self.sampling.top_logprobs, self.top_logprobs) if self.top_logprobs else 0
+        generations = self.chat(conversations, top_logprobs=asked)
+        turns = []
+        for r, g in zip(requests, generations, strict=True):
+            decision = parse_controller(g.text, error_found=r.report.error_found if r.report else None)
+            odds = action_probabilities(g.tokens, g.top_logprobs)
+            p_accept = None if odds is None else odds["accept"]
+            p_stop = None if odds is None else odds["accept"] + odds["patch"]
+            turns.append(ControllerTurn(g, decision, p_stop, True, p_accept, True))
+        return turns
 
 
 def moderator_decision(text: str, request: ControllerRequest) -> ControllerDecision:

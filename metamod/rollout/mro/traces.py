@@ -19,7 +19,8 @@ its validation here). Fields (docs/contracts.md, "MRO traces"):
   - ``controller``: ``action`` (1 Accept, 2 Patch, 3 Restart), ``action_name``, ``justification``,
     ``suggestions``, ``corrected_reasoning``, ``answer``, ``text``, ``prompt_tokens``, ``completion_tokens``,
     ``parse``, ``policy_update``, and ``answer_correct`` (0/1: the accepted or patched answer graded; null for
-    Restart).
+    Restart); an LLM Controller adds ``p_stop`` (its probability of ending the loop, null when unreadable) and the
+    prompted one ``p_accept`` (P(ACCEPT) at its ``ACTION`` value), both optional.
 
 >>> validate_mro_trace(example_mro_trace("q1"))["status"]
 'corrected'
