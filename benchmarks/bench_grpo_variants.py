@@ -7,13 +7,14 @@ recorded held-out debates (``--eval-traces``: replay, no debater generation) as 
 
 * accuracy (live moderator row) with its 95% interval and an exact McNemar p against the bootstrap, mean rounds,
   tokens per question;
-* control accuracy on ALL non-final held-out rounds (the moderator is asked at every round of every debate by the
-  stop curve, ``stop-curve.jsonl``: STOP iff eta), next to always-STOP's on the same rounds, the STOP rate and the
-  format-valid rate there;
+* control accuracy of the live non-final decisions on the held-out debates (STOP iff eta), next to always-STOP's
+  on the same rounds, the STOP rate and the format-valid rate of those decisions;
 * training: mean ``frac_reward_zero_std`` and ``reward_std`` over the logged steps, seconds per step; each run
   folder has its learning curves (``curves.md``, ``plots/learning_curves.png``, held-out control accuracy on 32
   validation rounds every ``--curve-every`` steps).
 
+The bootstrap's evaluation also draws its P(STOP) threshold curve (``stop_curve``); the variants' only with
+``--stop-curve`` (it asks the moderator at every round of every debate: about as long again as the live row).
 Stages whose outputs exist are skipped (a rerun resumes); ``--variants`` picks which to run.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_grpo_variants.py --out benchmarks/results/issue29_smol \\
@@ -56,27 +57,27 @@ def stage(name: str, argv: list[str], marker: Path, timings: dict[str, float]) -
         raise SystemExit(f"{name} failed with exit code {code}")
 
 
-def held_out_control(stop_curve: Path, role: str = "moderator") -> dict[str, float | int | None]:
-    """Control accuracy of the moderator's decision at every non-final round, vs always-STOP, on the same rounds."""
-    from metamod.rewards.moderator import STOP, parse_decision
-
+def held_out_control(samples: Path, method: str = "moderator") -> dict[str, float | int | None]:
+    """Control accuracy of the moderator's live non-final decisions (STOP iff eta), vs always-STOP on the same
+    rounds, with the STOP rate and the format-valid rate of those decisions."""
     hits = always = stops = valid = total = 0
-    for line in stop_curve.read_text().splitlines():
+    for line in samples.read_text().splitlines():
         record = json.loads(line)
-        if record["role"] != role:
+        entry = record["methods"].get(method)
+        if not entry:
             continue
-        for step in record["steps"]:
-            if step["round"] >= MAX_ROUNDS - 1:
+        eta = {r["round"]: bool(r["eta"]) for r in record["rounds"]}
+        for decision in entry["decisions"]:
+            if decision["round"] >= MAX_ROUNDS - 1:
                 continue  # the forced round has no choice
-            decision = parse_decision(step["raw"])
-            stop = decision.valid and decision.action == STOP
-            hits += int(stop == bool(step["eta"]))
-            always += int(bool(step["eta"]))
+            stop = bool(decision["stop"])
+            hits += int(stop == eta[decision["round"]])
+            always += int(eta[decision["round"]])
             stops += int(stop)
-            valid += int(decision.valid)
+            valid += int(bool(decision.get("valid")))
             total += 1
     share = lambda k: round(k / total, 4) if total else None  # noqa: E731
-    return {"rounds": total, "control_accuracy": share(hits), "always_stop_control_accuracy": share(always),
+    return {"decisions": total, "control_accuracy": share(hits), "always_stop_control_accuracy": share(always),
             "stop_rate": share(stops), "format_valid": share(valid)}  # fmt: skip
 
 
@@ -108,6 +109,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", required=True, help="the warm-start adapter every variant starts from")
     parser.add_argument("--eval-questions", type=int, default=200)
     parser.add_argument("--steps", type=int, default=24, help="GRPO steps per variant")
+    parser.add_argument("--stop-curve", action="store_true", help="also the P(STOP) curve of every variant")
     parser.add_argument("--curve-every", type=int, default=8, help="held-out learning-curve point every N steps")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     args = parser.parse_args()
@@ -115,15 +117,16 @@ def main() -> None:
     out = Path(args.out)
     timings: dict[str, float] = {}
 
-    def evaluate(name: str, adapter: str) -> Path:
+    def evaluate(name: str, adapter: str, stop_curve: bool) -> Path:
         folder = out / f"eval_{name}"
         stage(f"eval-{name}", ["eval", "--config", "configs/eval/smol_debate.yaml", "--moderator", adapter,
                                "--output_dir", str(folder), "--limit", str(args.eval_questions),
                                "--traces", args.eval_traces, "--methods", "moderator",
-                               "--reference_method", "moderator"], folder / "results.json", timings)  # fmt: skip
+                               "--reference_method", "moderator", "--stop_curve", str(stop_curve).lower()],
+              folder / "results.json", timings)  # fmt: skip
         return folder
 
-    folders = {"bootstrap": evaluate("bootstrap", args.bootstrap)}
+    folders = {"bootstrap": evaluate("bootstrap", args.bootstrap, True)}
     runs: dict[str, Path] = {}
     for name in args.variants:
         run = out / name
@@ -133,7 +136,7 @@ def main() -> None:
                                 "--curve_eval_steps", str(args.curve_every), "--curve_eval_rows", "32",
                                 *VARIANTS[name]], run / "train_summary.json", timings)  # fmt: skip
         runs[name] = run
-        folders[name] = evaluate(name, str(run))
+        folders[name] = evaluate(name, str(run), args.stop_curve)
 
     from metamod.evaluate.metrics import mcnemar_exact, wilson_interval
 
@@ -150,7 +153,7 @@ def main() -> None:
                "ci": [round(low, 4), round(high, 4)], "p_vs_bootstrap": None if name == "bootstrap" else
                round(mcnemar_exact(b, c), 4), "wins_losses_vs_bootstrap": [b, c],
                "mean_rounds": round(result["mean_rounds"], 3), "tokens_per_question": round(result["tokens_per_question"], 1),
-               **held_out_control(folder / "stop-curve.jsonl"),
+               **held_out_control(folder / "samples.jsonl"),
                **(training_stats(runs[name]) if name in runs else {})}  # fmt: skip
         rows.append(row)
     (out / "table.json").write_text(json.dumps({"timings_s": timings, "rows": rows}, indent=2) + "\n")

@@ -47,14 +47,21 @@ GENERATION: dict[str, float] = {}
 
 
 def timed_generation(cls: type, key: str) -> None:
-    """Add the time of every ``_generate_single_turn`` call of ``cls`` to ``GENERATION[key]``."""
+    """Add the time of every outermost ``_generate_single_turn`` call of ``cls`` to ``GENERATION[key]``.
+
+    metamod's trainer calls TRL's method through ``super()``: only the outermost timer of a call counts.
+    """
     original = cls.__dict__.get("_generate_single_turn") or cls._generate_single_turn
 
     def wrapper(self, *args, **kwargs):
+        if getattr(self, "_bench_timing", False):
+            return original(self, *args, **kwargs)
+        self._bench_timing = True
         start = time.perf_counter()
         try:
             return original(self, *args, **kwargs)
         finally:
+            self._bench_timing = False
             GENERATION[key] = GENERATION.get(key, 0.0) + time.perf_counter() - start
 
     cls._generate_single_turn = wrapper
