@@ -163,7 +163,6 @@ def test_refused_connection_is_retried_then_reported():
         gen.chat([conv("hi")], GREEDY)
 
 
-@pytest.mark.slow
 def test_refused_connection_retried_until_the_server_is_up(caplog):
     """Requests sent before the server listens are retried and succeed once it answers."""
     port = free_port()
@@ -274,7 +273,6 @@ def _ids(traces: Path) -> list[str]:
     return [json.loads(line)["id"] for line in traces.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.slow
 def test_server_killed_mid_rollout_is_a_clear_error_and_the_rerun_resumes(tmp_path):
     """A rollout through the openai backend loses its server mid-run: one-line error, exit 2, the finished debates
     kept; after a restart on the same port, the rerun writes each remaining debate once."""
@@ -301,3 +299,24 @@ def test_server_killed_mid_rollout_is_a_clear_error_and_the_rerun_resumes(tmp_pa
     ids = _ids(traces)
     assert len(ids) == len(set(ids)) == 6
     assert traces.read_text().startswith(kept)
+
+
+def test_llamacpp_backend_runs_its_own_server_samples_n_and_stops_it():
+    """`backend: llamacpp`: a server of its own; n > 1 as n one-sample requests with their own seeds
+    (conversation-major); token counts from the server's tokenizer (a slight over-count); close() ends the server."""
+    from metamod.llm import BackendConfig, build_generator
+
+    generator = build_generator(BackendConfig(backend="llamacpp", model="smollm2-135m-instruct", num_threads=THREADS))
+    inner = generator.generator
+    pid = inner.server.pid
+    try:
+        prompts = [conv("Write one sentence about a cat."), conv("What is 12 + 7?")]
+        out = generator.chat(prompts, SamplingConfig(temperature=1.0, n=3, seed=0, max_tokens=12))
+        assert len(out) == 6 and all(g.text for g in out)
+        assert len({g.prompt_tokens for g in out[:3]}) == 1 and out[0].prompt_tokens != out[3].prompt_tokens
+        assert len({g.text for g in out[:3]}) >= 2  # three seeds, three samples
+        counted = inner.count_tokens(prompts[0])
+        assert out[0].prompt_tokens <= counted <= out[0].prompt_tokens + 60
+    finally:
+        inner.close()
+    assert _wait_gone(pid, 15)

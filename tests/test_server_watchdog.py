@@ -93,3 +93,10 @@ def test_server_config_checks():
         ServerConfig(n_threads=0)
     with pytest.raises(ConfigError, match="startup_timeout must be > 0"):
         ServerConfig(startup_timeout=0)
+
+
+def test_llamacpp_backend_refuses_an_adapter_before_starting_anything():
+    from metamod.llm import BackendConfig, build_generator
+
+    with pytest.raises(ConfigError, match="cannot apply the LoRA adapter 'runs/adapter': use backend hf"):
+        build_generator(BackendConfig(backend="llamacpp", model="smollm2-135m-instruct", adapter="runs/adapter"))

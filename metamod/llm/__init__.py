@@ -78,7 +78,7 @@ BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
         "chat_template_kwargs",
         "extra_body",
     ),
-    "llamacpp": ("num_threads", "max_model_len", "max_concurrency", "max_retries", "timeout"),
+    "llamacpp": ("adapter", "num_threads", "max_model_len", "max_concurrency", "max_retries", "timeout"),
 }
 
 #: arguments of ``apply_chat_template`` / ``LLM.chat`` the backends set themselves (not allowed in chat_template_kwargs)

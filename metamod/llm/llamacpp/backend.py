@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from metamod.errors import ConfigError
 from metamod.llm.base import Conversation, Generation, SamplingConfig
 from metamod.llm.llamacpp.server import RunningServer, ServerConfig, start_server, stop_server, wait_ready
 from metamod.llm.openai_backend import LLAMACPP_PLAIN_SAMPLING, BackendError, OpenAIGenerator
@@ -44,6 +45,7 @@ class LlamaCppGenerator:
 
     Args:
         model: an embedded alias (its GGUF file) or a path to a ``.gguf`` file.
+        adapter: must be None (a LoRA adapter is not applied: use the hf backend).
         num_threads: CPU threads of the server (None: 2).
         max_model_len: the server's context in tokens (None: 8192).
         max_concurrency: requests in flight (the server answers one at a time; a few in flight hide the HTTP turns).
@@ -56,6 +58,7 @@ class LlamaCppGenerator:
         self,
         model: str,
         *,
+        adapter: str | None = None,
         num_threads: int | None = None,
         max_model_len: int | None = None,
         max_concurrency: int = 4,
@@ -63,6 +66,10 @@ class LlamaCppGenerator:
         timeout: float = 600.0,
         startup_timeout: float = 120.0,
     ) -> None:
+        if adapter:
+            raise ConfigError(
+                f"the llamacpp backend cannot apply the LoRA adapter {adapter!r}: use backend hf for an adapter"
+            )
         self.config = ServerConfig(
             model=model,
             n_ctx=max_model_len or DEFAULT_N_CTX,
