@@ -64,6 +64,21 @@ def round0_correct(traces: list[dict]) -> dict[tuple[str, int], bool]:
     return out
 
 
+def identical_texts(first: list[dict], second: list[dict]) -> dict:
+    """How many (question, agent) round-0 responses of two arms have the same text, and the same parsed answer."""
+
+    def responses(traces):
+        return {(t["id"], r["agent"]): r for t in traces for r in t["rounds"][0]["responses"]}
+
+    a, b = responses(first), responses(second)
+    keys = sorted(set(a) & set(b), key=str)
+    return {
+        "pairs": len(keys),
+        "same_text": sum(a[k]["text"] == b[k]["text"] for k in keys),
+        "same_answer": sum(a[k].get("answer") == b[k].get("answer") for k in keys),
+    }
+
+
 def summarise(arm: str, chunks: list[dict]) -> dict:
     from metamod.evaluate.metrics import wilson_interval
 
@@ -186,6 +201,10 @@ def main() -> int:
             rows["llamacpp"]["completion_tok_per_s"] / rows["hf"]["completion_tok_per_s"], 3
         ),
         "round0_paired_mcnemar_hf_vs_llamacpp": paired_comparison(hf_correct, llama_correct),
+        # token-for-token agreement: meaningful with --temperature 0 (greedy), where each arm is deterministic
+        "round0_identical_texts": identical_texts(
+            [t for c in results["hf"] for t in c["traces"]], [t for c in results["llamacpp"] for t in c["traces"]]
+        ),
     }
     tag = ("greedy" if args.temperature == 0 else f"t{args.temperature:g}") + f"_llama{args.llamacpp_threads}t"
     atomic_write_json(args.out / f"bench_llamacpp_{tag}.json", summary, indent=2, sort_keys=False)
@@ -200,7 +219,8 @@ def main() -> int:
             f"| {row['arm']} | {row['questions']} x {args.agents} | {row['seconds']:.1f} | {row['completion_tokens']} | "
             f"{row['completion_tok_per_s']:.1f} | {100 * row['round0_accuracy']:.1f}% [{100 * low:.1f}, {100 * high:.1f}] |"
         )
-    print(json.dumps({k: summary[k] for k in ("speedup_llamacpp_over_hf", "round0_paired_mcnemar_hf_vs_llamacpp")}))
+    keys = ("speedup_llamacpp_over_hf", "round0_paired_mcnemar_hf_vs_llamacpp", "round0_identical_texts")
+    print(json.dumps({k: summary[k] for k in keys}))
     return 0
 
 
