@@ -8,7 +8,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: install test test-shape test-all demo demo-simulated bench lint gpu-smoke clean
+.PHONY: install install-llamacpp test test-shape test-all demo demo-simulated bench lint gpu-smoke clean
 
 # torch==2.13.0 (CPU build) goes in FIRST: peft declares an unpinned torch and would otherwise pull a CUDA build.
 $(VENV)/.installed: pyproject.toml
@@ -22,6 +22,12 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+# The llamacpp extra: llama.cpp's OpenAI-compatible server (`metamod model serve`, the llamacpp backend,
+# tests/test_llamacpp_server.py, which skip without it). A source distribution: pip builds llama.cpp once
+# (28 min on a shared 2-core machine) and caches the wheel.
+install-llamacpp: install
+	$(PIP) install -q -e ".[llamacpp]"
 
 test: install
 	$(PY) -m pytest -q

@@ -28,7 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("metamod.evaluate.harness:main", "evaluate decision layers and baselines on shared debate transcripts"),
     "view": ("metamod.evaluate.view:main", "write one self-contained HTML page to read a run's debates -> view.html"),
     "demo": ("metamod.demo:main", "the whole pipeline on the embedded SmolLM2 model (CPU; --world simulated: fast)"),
-    "model": ("metamod.llm.embedded:main", "prepare / locate the embedded SmolLM2-135M-Instruct model (once)"),
+    "model": (
+        "metamod.llm.model_cli:main",
+        "prepare / locate the embedded SmolLM2-135M-Instruct model (once); serve it with llama.cpp",
+    ),
     "mine-behaviours": (
         "metamod.memory.cheatsheet.mine:main",
         "solve -> reflect -> extract reasoning behaviours -> behaviours.jsonl",

@@ -272,3 +272,26 @@ def test_server_without_logprobs_is_a_clear_error():
         BackendError, match=r"http://test/v1/chat/completions \(model 'served-model'\) did not return log-probs"
     ):
         gen.chat([CONV], SamplingConfig(logprobs=True))
+
+
+def test_logprobs_alone_send_top_logprobs_zero_and_seeds_differ_per_conversation():
+    """llama-cpp-python's server returns log-probs only when ``top_logprobs`` is present; a server seeds each request
+    on its own, so two equal conversations in one call must not share a seed."""
+    seen = []
+    gen = make(lambda r: seen.append(json.loads(r.content)) or with_logprobs(r))
+    gen.chat([CONV], SamplingConfig(logprobs=True))
+    assert seen[-1]["logprobs"] is True and seen[-1]["top_logprobs"] == 0
+    seen.clear()
+    gen.chat([CONV, CONV, CONV], SamplingConfig(seed=7))
+    assert sorted(body["seed"] for body in seen) == [7, 8, 9]
+
+
+def test_extra_body_is_merged_into_every_chat_request():
+    seen = []
+    gen = make(lambda r: seen.append(json.loads(r.content)) or completion(r), extra_body={"top_k": 0, "min_p": 0.0})
+    gen.chat([CONV, CONV], SamplingConfig())
+    assert [(body["top_k"], body["min_p"]) for body in seen] == [(0, 0.0), (0, 0.0)]
+    built = build_generator(BackendConfig(backend="openai", model="m", extra_body={"repeat_penalty": 1.0}))
+    assert built.generator.extra_body == {"repeat_penalty": 1.0}
+    with pytest.raises(ValueError, match="extra_body must be a mapping"):
+        BackendConfig(backend="openai", model="m", extra_body=["top_k"])

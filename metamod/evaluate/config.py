@@ -29,7 +29,7 @@ from metamod.tasks.config import check_task_selection, task_config_for
 
 from .methods import METHODS, method_spec
 
-DEBATER_KINDS = ("simulated", "hf", "vllm", "openai")
+DEBATER_KINDS = ("simulated", "hf", "vllm", "openai", "llamacpp")
 MODES = ("replay", "live")
 
 #: the paper's order of rows
@@ -148,7 +148,9 @@ class EvalConfig:
             "base_model_name_or_path, else the debater model."
         },
     )
-    moderator_backend: str = field(default="hf", metadata={"help": "Backend of the moderator: hf, vllm or openai."})
+    moderator_backend: str = field(
+        default="hf", metadata={"help": "Backend of the moderator: hf, vllm, openai or llamacpp (no LoRA adapter)."}
+    )
     moderator_backend_options: dict = field(
         default_factory=dict, metadata={"help": "Extra BackendConfig fields for the moderator (YAML mapping)."}
     )
@@ -167,7 +169,7 @@ class EvalConfig:
     judge_model: str | None = field(
         default=None, metadata={"help": "LLM judge model. None: the moderator base model, else the debater model."}
     )
-    judge_backend: str = field(default="hf", metadata={"help": "Backend of the judge: hf, vllm or openai."})
+    judge_backend: str = field(default="hf", metadata={"help": "Backend of the judge: hf, vllm, openai or llamacpp."})
     judge_max_tokens: int = field(default=512, metadata={"help": "Max new tokens of the judge."})
     fixed_rounds: int = field(default=3, metadata={"help": "Debate length of adjudication_only."})
     sc_samples: int = field(default=5, metadata={"help": "Samples k of single_cot_sc."})

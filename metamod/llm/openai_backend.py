@@ -10,14 +10,19 @@ choices, so it is split across the choices in proportion to their text length (t
 log-probs, to their number of log-prob entries (exact on vLLM servers, which list one per generated token).
 With ``sampling.logprobs`` the request sets ``"logprobs": true`` and each Generation's ``token_logprobs`` is
 ``choice["logprobs"]["content"][i]["logprob"]``; a server that returns none fails with a :class:`BackendError`.
-With ``sampling.top_logprobs = k`` the request also sets ``"top_logprobs": k`` (the API allows at most 20), and
-each Generation's ``tokens`` / ``top_logprobs`` are ``content[i]["token"]`` and ``content[i]["top_logprobs"]`` as
-token text -> log-prob (entries with the same text: probabilities added).
+Such a request also sets ``"top_logprobs": k`` (``sampling.top_logprobs``, at most 20; 0 when only ``logprobs`` is
+asked: llama-cpp-python's server returns no log-probs without the field). With ``k > 0`` each Generation's
+``tokens`` / ``top_logprobs`` are ``content[i]["token"]`` and ``content[i]["top_logprobs"]`` as token text ->
+log-prob (entries with the same text: probabilities added; llama-cpp-python adds the chosen token to the k).
+With ``sampling.seed``, conversation ``i`` of a call is sent ``seed + i``: servers seed each request on its own, so
+equal conversations (the debaters' round-0 prompts) would otherwise get equal samples.
 ``count_tokens`` asks the server's ``/tokenize`` endpoint (vLLM has one) and otherwise approximates with
 ~4 characters per token plus a few tokens per message. Non-empty ``chat_template_kwargs`` (e.g.
 ``{"enable_thinking": False}`` for Qwen3) go into both request bodies as ``chat_template_kwargs``, which vLLM's
 server reads (``ChatCompletionRequest`` and ``TokenizeChatRequest`` in vllm 0.31.0); empty, the field is not sent,
-so servers that do not know it see the plain OpenAI request.
+so servers that do not know it see the plain OpenAI request. ``extra_body`` fields are merged into every chat
+request (llama-cpp-python's server needs :data:`LLAMACPP_PLAIN_SAMPLING` to sample without its own top-k, min-p and
+repeat penalty).
 
 >>> approx_tokens([{"role": "user", "content": "x" * 40}])
 16
@@ -43,6 +48,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 409, 429})  # plus every 5xx
+#: ``extra_body`` that makes llama-cpp-python's server sample as the other backends do (temperature and top-p only):
+#: its request defaults are top_k 40, min_p 0.05 and repeat_penalty 1.1 (llama_cpp/server/types.py, 0.3.36)
+LLAMACPP_PLAIN_SAMPLING: dict[str, Any] = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
 
 
 class BackendError(MetamodError, RuntimeError):
@@ -125,6 +133,8 @@ class OpenAIGenerator:
         name: identifier used in traces (defaults to ``model``).
         transport: an ``httpx`` transport to use instead of the network (tests pass ``httpx.MockTransport``).
         chat_template_kwargs: sent as the requests' ``chat_template_kwargs`` when non-empty (vLLM servers).
+        extra_body: fields merged into every chat request body (server-specific options, e.g.
+            :data:`LLAMACPP_PLAIN_SAMPLING` for llama-cpp-python's server).
     """
 
     def __init__(
@@ -142,6 +152,7 @@ class OpenAIGenerator:
         name: str | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         if not model:
             raise ValueError("model must name the served model (the `model` field of chat requests)")
@@ -165,13 +176,14 @@ class OpenAIGenerator:
         self.context_length = context_length
         self.transport = transport
         self.chat_template_kwargs: dict[str, Any] = dict(chat_template_kwargs or {})
+        self.extra_body: dict[str, Any] = dict(extra_body or {})
         self._tokenize_ok: bool | None = None  # None: not tried yet
 
     def _headers(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    def _payload(self, conversation: Conversation, sampling: SamplingConfig) -> dict[str, Any]:
+    def _payload(self, conversation: Conversation, sampling: SamplingConfig, index: int = 0) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": list(conversation),
@@ -180,16 +192,17 @@ class OpenAIGenerator:
             "top_p": sampling.top_p,
             "max_tokens": sampling.max_tokens,
         }
-        if sampling.seed is not None:
-            payload["seed"] = sampling.seed
+        if sampling.seed is not None:  # one seed per conversation: equal prompts must not give equal samples
+            payload["seed"] = sampling.seed + index
         if sampling.stop:
             payload["stop"] = list(sampling.stop)
         if sampling.logprobs or sampling.top_logprobs:
             payload["logprobs"] = True
-        if sampling.top_logprobs:
+            # always sent: llama-cpp-python's server returns log-probs only when top_logprobs is set (0 is valid)
             payload["top_logprobs"] = int(sampling.top_logprobs)
         if self.chat_template_kwargs:
             payload["chat_template_kwargs"] = dict(self.chat_template_kwargs)
+        payload.update(self.extra_body)
         return payload
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
@@ -227,12 +240,12 @@ class OpenAIGenerator:
             headers=self._headers(), timeout=self.timeout, transport=self.transport, limits=limits
         ) as client:
 
-            async def one(conversation: Conversation) -> list[Generation]:
+            async def one(index: int, conversation: Conversation) -> list[Generation]:
                 async with semaphore:
-                    body = await self._post(client, self._payload(conversation, sampling))
+                    body = await self._post(client, self._payload(conversation, sampling, index))
                 return self._parse(body, sampling.n, logprobs=sampling.logprobs, top_logprobs=sampling.top_logprobs)
 
-            results = await asyncio.gather(*(one(c) for c in conversations))
+            results = await asyncio.gather(*(one(i, c) for i, c in enumerate(conversations)))
         return [g for gens in results for g in gens]
 
     async def _post(self, client: httpx.AsyncClient, payload: dict[str, Any]) -> dict[str, Any]:
