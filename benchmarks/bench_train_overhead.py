@@ -3,7 +3,9 @@
 All arms run in this one process, alternating (metamod, metamod without shared prefixes, plain TRL, metamod, ...),
 with the same model, data, LoRA and settings; the per-step time is ``train_runtime / max_steps`` as the HF Trainer
 measures it (checks, dataset and model loading are excluded on every side), and each step is split into generation
-(``_generate_single_turn``) and the rest (the loss forward and backward, the optimiser, the rewards).
+(``_generate_single_turn``) and the rest (the loss forward and backward, the optimiser, the rewards). The CPU time
+of this process per step (``cpu_s_per_step``, all its threads) is printed too: other jobs on the machine stretch
+the wall time but hardly the CPU time, and with one thread on a quiet machine the two are the same.
 
 * ``--model tiny`` (default): the offline tiny model on a hand-built dataset, 16 completions of <= 8 tokens: the
   overhead check (target ratio metamod / plain <= 1.02).
@@ -44,6 +46,22 @@ SETTINGS = {
 }  # fmt: skip
 #: seconds spent in generation, per arm and run (filled by the timer around ``_generate_single_turn``)
 GENERATION: dict[str, float] = {}
+#: CPU seconds (this process, all threads) of the last ``Trainer.train`` call: robust to other jobs on the machine
+TRAIN_CPU: list[float] = []
+
+
+def timed_train_cpu(cls: type) -> None:
+    """Record the process CPU time of each ``cls.train`` call in ``TRAIN_CPU``."""
+    original = cls.train
+
+    def wrapper(self, *args, **kwargs):
+        start = time.process_time()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            TRAIN_CPU.append(time.process_time() - start)
+
+    cls.train = wrapper
 
 
 def timed_generation(cls: type, key: str) -> None:
@@ -126,8 +144,10 @@ def main() -> int:
     settings = SETTINGS["tiny" if tiny else "smol"]
     timed_generation(ModeratorGRPOTrainer, "metamod")
     timed_generation(GRPOTrainer, "plain")
+    timed_train_cpu(GRPOTrainer)
     times: dict[str, list[float]] = {arm: [] for arm in opts.arms}
     generation: dict[str, list[float]] = {arm: [] for arm in opts.arms}
+    cpu: dict[str, list[float]] = {arm: [] for arm in opts.arms}
     for rep in range(opts.repeats):
         for arm in opts.arms:
             GENERATION.clear()
@@ -138,12 +158,13 @@ def main() -> int:
                 per_step = run_metamod(model, data, out, opts.steps, settings, share=arm == "metamod")
             times[arm].append(round(per_step, 4))
             generation[arm].append(round(sum(GENERATION.values()) / opts.steps, 4))
+            cpu[arm].append(round(TRAIN_CPU[-1] / opts.steps, 4))
     med = {k: statistics.median(v) for k, v in times.items()}
     med_gen = {k: statistics.median(v) for k, v in generation.items()}
     result = {
         "model": opts.model, "dataset": opts.dataset or "hand-built", "threads": int(opts.threads),
         "steps": opts.steps, "repeats": opts.repeats, "settings": settings, "s_per_step": times,
-        "generation_s_per_step": generation, "median_s_per_step": med, "median_generation_s_per_step": med_gen,
+        "generation_s_per_step": generation, "cpu_s_per_step": cpu, "median_s_per_step": med, "median_generation_s_per_step": med_gen,
         "ratios_over_plain": {k: round(v / med["plain_trl"], 4) for k, v in med.items()} if "plain_trl" in med else {},
     }  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
