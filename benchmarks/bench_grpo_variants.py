@@ -35,11 +35,11 @@ from metamod.cli import main as metamod
 
 #: variant name -> options on top of configs/train/smol_moderator.yaml (+ --init_adapter, --max_steps)
 VARIANTS: dict[str, list[str]] = {
-    "grpo_paper": ["--reward_funcs", "format,control"],
-    "grpo_outcome": ["--reward_funcs", "format,outcome"],
-    "grpo_refill": ["--reward_funcs", "format,control", "--curriculum_oversample", "3", "--drop_constant_groups",
+    "grpo_paper": ["--reward_funcs", "format", "control"],
+    "grpo_outcome": ["--reward_funcs", "format", "outcome"],
+    "grpo_refill": ["--reward_funcs", "format", "control", "--curriculum_oversample", "3", "--drop_constant_groups",
                     "true"],
-    "grpo_outcome_refill": ["--reward_funcs", "format,outcome", "--curriculum_oversample", "3",
+    "grpo_outcome_refill": ["--reward_funcs", "format", "outcome", "--curriculum_oversample", "3",
                             "--drop_constant_groups", "true"],
 }  # fmt: skip
 MAX_ROUNDS = 3  # configs/eval/smol_debate.yaml
