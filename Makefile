@@ -25,7 +25,7 @@ install: $(VENV)/.installed
 
 # The llamacpp extra: llama.cpp's OpenAI-compatible server (`metamod model serve`, the llamacpp backend,
 # tests/test_llamacpp_server.py, which skip without it). A source distribution: pip builds llama.cpp once
-# (28 min on a shared 2-core machine) and caches the wheel.
+# (12-28 min on a shared 2-core machine) and caches the wheel.
 install-llamacpp: install
 	$(PIP) install -q -e ".[llamacpp]"
 
