@@ -232,10 +232,16 @@ def test_config_checks_the_new_options():
     from metamod.train.grpo import ModeratorModelConfig
     from metamod.train.run_folder import train_settings
 
-    settings = train_settings(cfg, ModeratorModelConfig(model_name_or_path="m"))
-    for key in ("curriculum_oversample", "drop_constant_groups", "constant_reward_tolerance", "max_refill_batches",
-                "curve_eval_steps", "curve_eval_rows"):  # fmt: skip
-        assert key in settings, key  # a rerun with another value is refused, like every training option
+    model = ModeratorModelConfig(model_name_or_path="m")
+    new = ("curriculum_oversample", "drop_constant_groups", "constant_reward_tolerance", "max_refill_batches",
+           "curve_eval_steps", "curve_eval_rows", "init_adapter")  # fmt: skip
+    at_default = train_settings(cfg, model)
+    assert not set(new) & set(at_default)  # folders recorded before these options existed keep their fingerprint
+    changed = dict(curriculum_oversample=3, drop_constant_groups=True, constant_reward_tolerance=0.1,
+                   max_refill_batches=4, curve_eval_steps=5, curve_eval_rows=8)  # fmt: skip
+    settings = train_settings(ModeratorGRPOConfig(**base, **changed), model)
+    for key, value in changed.items():
+        assert settings[key] == value, key  # a rerun with another value is refused, like every training option
     for key, value, message in [
         ("curriculum_oversample", 0, "curriculum_oversample"),
         ("constant_reward_tolerance", -1.0, "constant_reward_tolerance"),

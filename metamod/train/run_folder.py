@@ -8,6 +8,7 @@ distributed job checks and locks (docs/contracts.md, "Resume and locking").
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -39,6 +40,12 @@ _TRAIN_FREE_KEYS = frozenset(
         "skip_memory_metrics", "include_num_input_tokens_seen", "ddp_timeout", "share_prompt_prefix",
     }
 )  # fmt: skip
+#: options added after run folders existed: left out of the fingerprint while at their default, so a folder recorded
+#: before the option existed still resumes (a non-default value is recorded and compared like any other option)
+_ADDED_OPTIONS = (
+    "init_adapter", "curriculum_oversample", "drop_constant_groups", "constant_reward_tolerance", "max_refill_batches",
+    "curve_eval_steps", "curve_eval_rows",
+)  # fmt: skip
 #: what a run folder holds that a rerun would reuse or mix (overwrite deletes these)
 _RUN_OUTPUTS = ("checkpoint-*", WARM_START_DIR, SAMPLES_FILE, SUMMARY_FILE, "trainer_state.json")
 
@@ -64,6 +71,10 @@ def train_settings(
     settings = resolve_local_paths(resume_settings(config_to_dict(model_args, tiny_args, args), _TRAIN_FREE_KEYS))
     if "outcome" not in (settings.get("reward_funcs") or []):  # only the outcome reward reads it: runs without it
         settings.pop("outcome_round_cost", None)  # keep the fingerprints they had before the option existed
+    defaults = {f.name: f.default for f in dataclasses.fields(args)} if dataclasses.is_dataclass(args) else {}
+    for name in _ADDED_OPTIONS:
+        if name in settings and name in defaults and settings[name] == defaults[name]:
+            del settings[name]
     dataset = path_signature(args.dataset_path, depth=1) if args.dataset_path else None
     if dataset:
         settings["dataset_signature"] = dataset
