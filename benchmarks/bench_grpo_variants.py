@@ -39,6 +39,11 @@ VARIANTS: dict[str, list[str]] = {
     "grpo_outcome": ["--reward_funcs", "format", "outcome"],
     "grpo_refill": ["--reward_funcs", "format", "control", "--curriculum_oversample", "3", "--drop_constant_groups",
                     "true"],
+    # the small-model preset of configs/train/smol_moderator_dapo.yaml on the same bootstrap: 8 generations at
+    # temperature 1.0 (2 prompts x 8 per step), curriculum x2, dynamic sampling
+    "grpo_dapo_preset": ["--reward_funcs", "format", "control", "--per_device_train_batch_size", "16",
+                         "--num_generations", "8", "--temperature", "1.0", "--curriculum_oversample", "2",
+                         "--drop_constant_groups", "true"],
     "grpo_outcome_refill": ["--reward_funcs", "format", "outcome", "--curriculum_oversample", "3",
                             "--drop_constant_groups", "true"],
 }  # fmt: skip
