@@ -1,14 +1,24 @@
-"""Does GRPO beat its own bootstrap? GRPO variants from ONE bootstrap adapter, on the same held-out debates, paired.
+"""Does GRPO beat its own bootstrap? GRPO variants from ONE bootstrap adapter, on the same held-out questions, paired.
 
 Every variant starts from the same gold-free warm-start adapter (``--init_adapter``), trains on the same rows
-(``--dataset``) with ``configs/train/smol_moderator.yaml`` plus its own options, and is evaluated on the same
-recorded held-out debates (``--eval-traces``: replay, no debater generation) as the ``moderator`` row of
-``configs/eval/smol_debate.yaml``. The bootstrap itself is evaluated the same way. One table (markdown + JSON):
+(``--dataset``) with the loop's training config plus its own options, and is evaluated on the same held-out
+questions. The bootstrap itself is evaluated the same way. Two loops (``--loop``):
+
+* ``debate``: the debate moderator (``configs/train/smol_moderator.yaml``), evaluated on recorded held-out debates
+  (``--eval-traces``: replay, no debater generation) as the ``moderator`` row of ``configs/eval/smol_debate.yaml``;
+* ``mro``: the MRO Controller (``configs/train/smol_controller.yaml`` on ``build-dataset --source mro``
+  snapshots), evaluated live as the ``mro_trained_controller`` row of ``configs/eval/mro_smol.yaml`` (seed 0: the
+  Reasoner's first attempts are the same for every variant; later ones follow each Controller's decisions). The
+  MRO rows of ``--reference-methods`` (e.g. the prompted Controller ``mro``) are evaluated once on the same questions
+  and joined to the table.
+
+One table (markdown + JSON):
 
 * accuracy (live moderator row) with its 95% interval and an exact McNemar p against the bootstrap, mean rounds,
   tokens per question;
-* control accuracy of the live non-final decisions on the held-out debates (STOP iff eta), next to always-STOP's
-  on the same rounds, the STOP rate and the format-valid rate of those decisions;
+* control accuracy of the live non-final decisions on the held-out questions (STOP iff eta; MRO: Accept or Patch
+  iff the candidate is correct), next to always-STOP's on the same decisions, the STOP rate and the format-valid
+  rate of those decisions;
 * training: mean ``frac_reward_zero_std`` and ``reward_std`` over the logged steps, seconds per step; each run
   folder has its learning curves (``curves.md``, ``plots/learning_curves.png``, held-out control accuracy on 32
   validation rounds every ``--curve-every`` steps).
@@ -20,6 +30,9 @@ Stages whose outputs exist are skipped (a rerun resumes); ``--variants`` picks w
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_grpo_variants.py --out benchmarks/results/issue29_smol \\
         --dataset <smol world run>/dataset --eval-traces <smol world run>/eval/traces-seed0.jsonl \\
         --bootstrap <smol world run>/moderator/warm_start --steps 24
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_grpo_variants.py --loop mro \\
+        --out benchmarks/results/issue29_mro_smol --dataset <mro run>/dataset \\
+        --bootstrap <mro run>/controller/warm_start --reference-methods mro mro_prompted_moderator --steps 16
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import json
 import logging
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from metamod.cli import main as metamod
@@ -47,6 +61,21 @@ VARIANTS: dict[str, list[str]] = {
     "grpo_outcome_refill": ["--reward_funcs", "format", "outcome", "--curriculum_oversample", "3",
                             "--drop_constant_groups", "true"],
 }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Loop:
+    """Where a loop's moderator is trained and evaluated."""
+
+    train_config: str
+    eval_config: str
+    method: str  # the evaluation row of the trained adapter
+
+
+LOOPS = {
+    "debate": Loop("configs/train/smol_moderator.yaml", "configs/eval/smol_debate.yaml", "moderator"),
+    "mro": Loop("configs/train/smol_controller.yaml", "configs/eval/mro_smol.yaml", "mro_trained_controller"),
+}
 MAX_ROUNDS = 3  # configs/eval/smol_debate.yaml
 
 
@@ -62,24 +91,35 @@ def stage(name: str, argv: list[str], marker: Path, timings: dict[str, float]) -
         raise SystemExit(f"{name} failed with exit code {code}")
 
 
+def _decisions(record: dict, method: str) -> list[tuple[bool, bool, bool]]:
+    """``(stop, eta, valid)`` of each non-forced live decision of ``method`` on one question."""
+    entry = record["methods"].get(method)
+    if not entry:
+        return []
+    mro = (entry.get("details") or {}).get("mro")
+    if mro is not None:  # Accept (1) / Patch (2) stop the loop with an answer; the forced last iteration is left out
+        last = len(mro["actions"]) - 1 if mro.get("forced_last") else None
+        parses = mro["parse"]["controller"]
+        return [(action in (1, 2), bool(eta), parses[k] in ("ok", "tagged"))
+                for k, (action, eta) in enumerate(zip(mro["actions"], mro["eta"], strict=True)) if k != last]  # fmt: skip
+    eta = {r["round"]: bool(r["eta"]) for r in record["rounds"]}
+    return [
+        (bool(d["stop"]), eta[d["round"]], bool(d.get("valid")))
+        for d in entry["decisions"]
+        if d["round"] < MAX_ROUNDS - 1
+    ]  # fmt: skip  (the forced round has no choice)
+
+
 def held_out_control(samples: Path, method: str = "moderator") -> dict[str, float | int | None]:
     """Control accuracy of the moderator's live non-final decisions (STOP iff eta), vs always-STOP on the same
-    rounds, with the STOP rate and the format-valid rate of those decisions."""
+    decisions, with the STOP rate and the format-valid rate of those decisions."""
     hits = always = stops = valid = total = 0
     for line in samples.read_text().splitlines():
-        record = json.loads(line)
-        entry = record["methods"].get(method)
-        if not entry:
-            continue
-        eta = {r["round"]: bool(r["eta"]) for r in record["rounds"]}
-        for decision in entry["decisions"]:
-            if decision["round"] >= MAX_ROUNDS - 1:
-                continue  # the forced round has no choice
-            stop = bool(decision["stop"])
-            hits += int(stop == eta[decision["round"]])
-            always += int(eta[decision["round"]])
+        for stop, eta, ok in _decisions(json.loads(line), method):
+            hits += int(stop == eta)
+            always += int(eta)
             stops += int(stop)
-            valid += int(bool(decision.get("valid")))
+            valid += int(ok)
             total += 1
     share = lambda k: round(k / total, 4) if total else None  # noqa: E731
     return {"decisions": total, "control_accuracy": share(hits), "always_stop_control_accuracy": share(always),
@@ -109,8 +149,10 @@ def training_stats(run: Path) -> dict[str, float | None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/issue29_smol")
+    parser.add_argument("--loop", choices=list(LOOPS), default="debate")
     parser.add_argument("--dataset", required=True, help="moderator dataset (the same rows for every variant)")
-    parser.add_argument("--eval-traces", required=True, help="recorded held-out debates (traces-seed0.jsonl)")
+    parser.add_argument("--eval-traces", help="debate: the recorded held-out debates (traces-seed0.jsonl)")
+    parser.add_argument("--reference-methods", nargs="*", default=[], help="mro: untrained rows on the same questions")
     parser.add_argument("--bootstrap", required=True, help="the warm-start adapter every variant starts from")
     parser.add_argument("--eval-questions", type=int, default=200)
     parser.add_argument("--steps", type=int, default=24, help="GRPO steps per variant")
@@ -118,24 +160,34 @@ def main() -> None:
     parser.add_argument("--curve-every", type=int, default=8, help="held-out learning-curve point every N steps")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     args = parser.parse_args()
+    if args.loop == "debate" and not args.eval_traces:
+        parser.error("--loop debate needs --eval-traces (the recorded held-out debates)")
+    if args.reference_methods and args.loop != "mro":
+        parser.error("--reference-methods: MRO rows only (--loop mro)")
+    loop = LOOPS[args.loop]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out = Path(args.out)
     timings: dict[str, float] = {}
 
-    def evaluate(name: str, adapter: str, stop_curve: bool) -> Path:
+    def evaluate(name: str, adapter: str, stop_curve: bool, methods: tuple[str, ...] = (loop.method,)) -> Path:
         folder = out / f"eval_{name}"
-        stage(f"eval-{name}", ["eval", "--config", "configs/eval/smol_debate.yaml", "--moderator", adapter,
-                               "--output_dir", str(folder), "--limit", str(args.eval_questions),
-                               "--traces", args.eval_traces, "--methods", "moderator",
-                               "--reference_method", "moderator", "--stop_curve", str(stop_curve).lower()],
-              folder / "results.json", timings)  # fmt: skip
+        argv = ["eval", "--config", loop.eval_config, "--moderator", adapter, "--output_dir", str(folder),
+                "--limit", str(args.eval_questions), "--methods", *methods, "--reference_method", methods[0]]  # fmt: skip
+        if args.loop == "debate":
+            argv += ["--traces", args.eval_traces, "--stop_curve", str(stop_curve).lower()]
+        else:
+            argv += ["--seeds", "0"]
+        stage(f"eval-{name}", argv, folder / "results.json", timings)
         return folder
 
     folders = {"bootstrap": evaluate("bootstrap", args.bootstrap, True)}
+    reference = (
+        evaluate("reference", args.bootstrap, False, tuple(args.reference_methods)) if args.reference_methods else None
+    )
     runs: dict[str, Path] = {}
     for name in args.variants:
         run = out / name
-        stage(f"train-{name}", ["train", "--config", "configs/train/smol_moderator.yaml", "--dataset_path",
+        stage(f"train-{name}", ["train", "--config", loop.train_config, "--dataset_path",
                                 args.dataset, "--output_dir", str(run), "--warm_start", "false", "--init_adapter",
                                 args.bootstrap, "--max_steps", str(args.steps), "--save_steps", str(args.steps),
                                 "--curve_eval_steps", str(args.curve_every), "--curve_eval_rows", "32",
@@ -145,11 +197,14 @@ def main() -> None:
 
     from metamod.evaluate.metrics import mcnemar_exact, wilson_interval
 
-    base = correct_by_question(folders["bootstrap"] / "samples.jsonl")
+    base = correct_by_question(folders["bootstrap"] / "samples.jsonl", loop.method)
     rows = []
-    for name, folder in folders.items():
-        result = json.loads((folder / "results.json").read_text())["results"]["arith"]["moderator"]
-        correct = correct_by_question(folder / "samples.jsonl")
+    evaluated = [(name, folder, loop.method) for name, folder in folders.items()]
+    if reference is not None:
+        evaluated += [(method, reference, method) for method in args.reference_methods]
+    for name, folder, method in evaluated:
+        result = json.loads((folder / "results.json").read_text())["results"]["arith"][method]
+        correct = correct_by_question(folder / "samples.jsonl", method)
         shared = sorted(set(correct) & set(base))
         b = sum(1 for q in shared if correct[q] and not base[q])
         c = sum(1 for q in shared if base[q] and not correct[q])
@@ -157,8 +212,9 @@ def main() -> None:
         row = {"variant": name, "n": len(correct), "accuracy": round(result["accuracy"], 4),
                "ci": [round(low, 4), round(high, 4)], "p_vs_bootstrap": None if name == "bootstrap" else
                round(mcnemar_exact(b, c), 4), "wins_losses_vs_bootstrap": [b, c],
-               "mean_rounds": round(result["mean_rounds"], 3), "tokens_per_question": round(result["tokens_per_question"], 1),
-               **held_out_control(folder / "samples.jsonl"),
+               "mean_rounds": round(result.get("mean_iterations") or result["mean_rounds"], 3),
+               "tokens_per_question": round(result["tokens_per_question"], 1),
+               **held_out_control(folder / "samples.jsonl", method),
                **(training_stats(runs[name]) if name in runs else {})}  # fmt: skip
         rows.append(row)
     (out / "table.json").write_text(json.dumps({"timings_s": timings, "rows": rows}, indent=2) + "\n")

@@ -437,6 +437,30 @@ def describe_diff(saved: dict[str, Any], current: dict[str, Any], keys: Sequence
     return "; ".join(parts)
 
 
+def option_defaults(*configs: Any) -> dict[str, Any]:
+    """The default of every field of the given dataclass configs (or classes), for :func:`check_fingerprint`.
+
+    >>> from dataclasses import dataclass, field
+    >>> @dataclass
+    ... class Options:
+    ...     seed: int = 0
+    ...     stop: list = field(default_factory=list)
+    ...     model: str = field(default=None)
+    >>> option_defaults(Options)
+    {'seed': 0, 'stop': [], 'model': None}
+    """
+    out: dict[str, Any] = {}
+    for cfg in configs:
+        if cfg is None:
+            continue
+        for f in dataclasses.fields(cfg):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+    return json.loads(json.dumps(out, default=str))
+
+
 def read_fingerprint(folder: str | os.PathLike) -> dict[str, Any] | None:
     """The fingerprint record of an output folder (``{"fingerprint", "command", "settings"}``), or ``None``."""
     from metamod.errors import load_json
@@ -458,6 +482,7 @@ def check_fingerprint(
     record: bool = False,
     outputs: bool | None = None,
     ignore: Sequence[str] = (),
+    defaults: dict[str, Any] | None = None,
     command: str = "metamod",
     what: str = "outputs",
 ) -> str:
@@ -474,11 +499,16 @@ def check_fingerprint(
         outputs: whether the folder holds outputs to protect (``None``: any non-hidden file or folder in it);
             without any, a stale fingerprint is simply replaced.
         ignore: keys left out of the comparison (e.g. signatures of models not built yet, in an early check).
+        defaults: the options' defaults (:func:`option_defaults`): a key the saved settings lack (an option added
+            after the folder was recorded) counts as equal when its value here is the default, so such folders
+            still resume under their recorded fingerprint (rows keyed by it stay current); a non-default value is
+            a difference like any other.
         command: the command name, for the message.
         what: what the folder holds, for the message (e.g. ``"debate traces"``).
 
     Returns:
-        The fingerprint of ``settings``.
+        The fingerprint of ``settings``, or the folder's recorded one when they differ only by added options at
+        their defaults.
 
     Raises:
         SettingsMismatchError: one line naming the folder, each differing key (``key: old -> new``) and the two
@@ -493,22 +523,27 @@ def check_fingerprint(
     Traceback (most recent call last):
     ...
     metamod.config.SettingsMismatchError: ... holds debate traces made with different settings (max_rounds: 5 -> 3); resuming would mix them. Rerun with --overwrite true to start over, or use a new --output_dir
+
+    An option added later, at its default, does not stop the folder from resuming:
+
+    >>> check_fingerprint(folder, {"max_rounds": 5, "new_option": 0}, outputs=True, defaults={"new_option": 0}) == fp
+    True
     """
     folder = Path(folder)
     current = _canonical(settings)
     fingerprint = settings_fingerprint(current)
     if outputs is None:
         outputs = folder.is_dir() and any(not p.name.startswith(".") for p in folder.iterdir())
-    options = dict(overwrite=overwrite, outputs=outputs, ignore=tuple(ignore), what=what)
+    options = dict(overwrite=overwrite, outputs=outputs, ignore=tuple(ignore), defaults=defaults or {}, what=what)
     if not record:
-        _compare(folder, current, fingerprint, **options)
-        return fingerprint
+        return _compare(folder, current, fingerprint, **options)
     from metamod.files import FolderLock
 
     with FolderLock(folder, name=FINGERPRINT_LOCK, wait=True):
-        _compare(folder, current, fingerprint, **options)
-        record_fingerprint(folder, current, command=command)
-    return fingerprint
+        kept = _compare(folder, current, fingerprint, **options)
+        if kept == fingerprint:
+            record_fingerprint(folder, current, command=command)
+    return kept
 
 
 def record_fingerprint(folder: str | os.PathLike, settings: dict[str, Any], *, command: str = "metamod") -> str:
@@ -532,21 +567,26 @@ def _compare(
     overwrite: bool,
     outputs: bool,
     ignore: tuple[str, ...],
+    defaults: dict[str, Any],
     what: str,
-) -> dict[str, Any] | None:
+) -> str:
+    """Raise unless the folder may be resumed under ``current``; return the fingerprint to resume under."""
     saved = read_fingerprint(folder)
     if overwrite or not outputs:
-        return saved
+        return fingerprint
     ways_out = "Rerun with --overwrite true to start over, or use a new --output_dir"
     # paths as written may differ (relative vs absolute): compare them resolved from here
     resolved = resolve_local_paths(current, force=True)
     if saved is not None:
         if saved.get("fingerprint") == fingerprint:
-            return saved
+            return fingerprint
         keys = sorted((set(saved["settings"]) | set(current)) - set(ignore))
         differ = settings_diff(resolve_local_paths(saved["settings"], force=True), resolved, keys=keys)
+        added = {k for k in differ if k not in saved["settings"] and k in defaults and k in current}
+        at_default = {k for k in added if current[k] == _canonical(defaults[k])}
+        differ = [k for k in differ if k not in at_default]
         if not differ:
-            return saved
+            return saved["fingerprint"] if at_default else fingerprint
         diff = describe_diff(saved["settings"], current, differ)
     else:
         raise SettingsMismatchError(

@@ -444,3 +444,75 @@ def test_eval_overwrite_deletes_every_output_a_resume_would_reuse(tmp_path):
     evaluate(EvalConfig(**{**options, "max_iterations": 3}, overwrite=True))
     new = [json.loads(line)["fingerprint"] for line in (out / "method-traces.jsonl").read_text().splitlines()]
     assert len(new) == 4 and not set(new) & set(old)
+
+
+# ------------------------------------------------------------------------------- options added after a folder
+
+
+def test_an_eval_folder_from_before_an_option_existed_resumes_its_rows_at_the_default(tmp_path, monkeypatch):
+    import metamod.evaluate.harness as harness
+
+    out = tmp_path / "eval"
+    real = harness.eval_settings
+
+    def without_option(config, memory_config=None):  # the settings as an older metamod recorded them
+        settings = real(config, memory_config)
+        del settings["moderator_top_logprobs"]
+        return settings
+
+    monkeypatch.setattr(harness, "eval_settings", without_option)
+    first = _eval(out)
+    rows = read_samples(out / "samples.jsonl")
+    monkeypatch.setattr(harness, "eval_settings", real)
+    again = _eval(out)  # the option now exists, at its default: the same folder, nothing recomputed
+    assert again["settings_fingerprint"] == first["settings_fingerprint"]
+    assert read_samples(out / "samples.jsonl") == rows
+    assert "moderator_top_logprobs" not in json.loads((out / FINGERPRINT_FILE).read_text())["settings"]
+    with pytest.raises(SettingsMismatchError, match=r"moderator_top_logprobs: unset -> 3"):
+        _eval(out, moderator_top_logprobs=3)  # a non-default value is a difference like any other
+
+
+def test_a_rollout_folder_from_before_an_option_existed_resumes_at_the_default(tmp_path, monkeypatch, capsys):
+    import metamod.rollout.run as run
+
+    out = tmp_path / "run"
+    real = run.rollout_settings
+
+    def without_option(config):
+        settings = real(config)
+        del settings["confidence"]
+        return settings
+
+    monkeypatch.setattr(run, "rollout_settings", without_option)
+    assert cli_main(["rollout", *SIM, "--limit", "4", "--output_dir", str(out)]) == 0
+    monkeypatch.setattr(run, "rollout_settings", real)
+    traces = (out / "traces.jsonl").read_bytes()
+    capsys.readouterr()
+    assert cli_main(["rollout", *SIM, "--limit", "4", "--output_dir", str(out)]) == 0  # resumes: nothing to redo
+    assert "0 new debates (4 already done" in capsys.readouterr().out
+    assert (out / "traces.jsonl").read_bytes() == traces
+    assert cli_main(["rollout", *SIM, "--limit", "4", "--output_dir", str(out), "--confidence", "true"]) == 2
+    assert "confidence: false -> true" in capsys.readouterr().err  # the resume recorded the option's default
+
+
+def test_a_train_folder_from_before_an_option_existed_passes_the_settings_check_at_the_default(tmp_path):
+    from metamod.config import record_fingerprint
+    from metamod.train.grpo import ModeratorGRPOConfig, ModeratorModelConfig, train, train_settings
+
+    out = tmp_path / "moderator"
+
+    def args(**kw):
+        options = dict(dataset_path=str(tmp_path / "no-dataset-yet"), per_device_train_batch_size=4,
+                       num_generations=2, report_to="none", output_dir=str(out))  # fmt: skip
+        return ModeratorGRPOConfig(**{**options, **kw})
+
+    model_args = ModeratorModelConfig(model_name_or_path=str(tmp_path / "no-model"))
+    recorded = train_settings(args(reward_weights=[1.0, 1.0]), model_args)  # train fills in the weights
+    older = {k: v for k, v in recorded.items() if k != "top_k"}  # as recorded before top_k existed
+    record_fingerprint(out, older, command="train")
+    (out / "trainer_state.json").write_text("{}")  # a run's outputs
+    with pytest.raises(SettingsMismatchError, match=r"top_k: unset -> 5"):
+        train(args=args(top_k=5), model_args=model_args)
+    with pytest.raises(Exception) as info:  # past the settings check: the next check is the missing dataset
+        train(args=args(), model_args=model_args)
+    assert not isinstance(info.value, SettingsMismatchError) and "no-dataset-yet" in str(info.value)

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from metamod.config import check_fingerprint, parse_config, save_resolved_config
+from metamod.config import check_fingerprint, option_defaults, parse_config, save_resolved_config
 from metamod.memory import MemoryConfig
 from metamod.rollout.engine import Grader
 from metamod.tasks.base import Example
@@ -422,8 +422,16 @@ def check_eval(config: EvalConfig, memory_config: Any = None) -> tuple[Any, Any,
     check_stop_curve(config, memory_on(config.methods, memory_config))
     settings = eval_settings(config, memory_config)
     if not start_over:
-        check_fingerprint(output_dir, settings, outputs=has_outputs(output_dir), command="eval", what=WHAT)
+        check_fingerprint(
+            output_dir, settings, outputs=has_outputs(output_dir), defaults=_defaults(config, memory_config),
+            command="eval", what=WHAT,
+        )  # fmt: skip
     return examples, reused, specs, settings
+
+
+def _defaults(config: EvalConfig, memory_config: Any) -> dict[str, Any]:
+    """The defaults of the options hashed into the settings (an option added later resumes at its default)."""
+    return option_defaults(type(config), None if memory_config is None else type(memory_config))
 
 
 def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
@@ -444,8 +452,9 @@ def evaluate(config: EvalConfig, memory_config: Any = None) -> dict[str, Any]:
             clear_outputs(output_dir)
         outputs = has_outputs(output_dir)
         settings_fp = check_fingerprint(
-            output_dir, settings, overwrite=start_over, record=True, outputs=outputs, command="eval", what=WHAT
-        )
+            output_dir, settings, overwrite=start_over, record=True, outputs=outputs,
+            defaults=_defaults(config, memory_config), command="eval", what=WHAT,
+        )  # fmt: skip
         return _evaluate(config, memory_config, output_dir, examples, reused, specs, settings_fp)
 
 

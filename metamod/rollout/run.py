@@ -30,6 +30,7 @@ from metamod.config import (
     check_fields,
     check_fingerprint,
     config_to_dict,
+    option_defaults,
     parse_config,
     read_fingerprint,
     record_fingerprint,
@@ -396,6 +397,7 @@ def _check_resume(output_dir: Path, settings: dict[str, Any], *, overwrite: bool
         overwrite=overwrite,
         outputs=_has_traces(output_dir),
         ignore=() if record else ("model_signatures",),  # early: the tiny model may not be built yet
+        defaults=option_defaults(RolloutConfig),
         command="rollout",
         what="traces",
     )

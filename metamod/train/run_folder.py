@@ -91,7 +91,9 @@ def _has_run_outputs(output_dir: Path) -> bool:
     return output_dir.is_dir() and any(any(output_dir.glob(p)) for p in (*_RUN_OUTPUTS, "adapter_config.json"))
 
 
-def check_run_folder(args: Any, settings: dict[str, Any], *, record: bool = False) -> None:
+def check_run_folder(
+    args: Any, settings: dict[str, Any], *, record: bool = False, defaults: dict[str, Any] | None = None
+) -> None:
     """Refuse an output_dir holding a run with other settings (``record``: also write our fingerprint).
 
     Without ``record`` (the early check, before the dataset is built and the model prepared) the dataset and
@@ -107,6 +109,7 @@ def check_run_folder(args: Any, settings: dict[str, Any], *, record: bool = Fals
         record=record,
         outputs=_has_run_outputs(output_dir),
         ignore=() if record else ("dataset_signature", "model_signature"),
+        defaults=defaults,
         command="train",
         what="a training run (checkpoints, warm start, adapter)",
     )

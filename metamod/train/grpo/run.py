@@ -141,9 +141,10 @@ def _train(
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
-    from metamod.config import save_resolved_config
+    from metamod.config import option_defaults, save_resolved_config
 
     started = time.time()
+    defaults = option_defaults(type(args), type(model_args), TinyModelConfig)  # options added later resume at these
     # ---- cheap checks first: secrets, rewards, environment, data, model
     refuse_hub_token(args)
     reward_funcs, weights = get_reward_funcs(
@@ -168,7 +169,7 @@ def _train(
             raise ConfigError(
                 "overwrite=true deletes the checkpoints that resume_from_checkpoint would resume from; drop one"
             )
-        check_run_folder(args, train_settings(args, model_args, tiny_args))
+        check_run_folder(args, train_settings(args, model_args, tiny_args), defaults=defaults)
     # a missing or corrupt checkpoint: one line, before any model loads or any file lands
     resume = check_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
     prepare_dataset(args)
@@ -204,7 +205,8 @@ def _train(
         lock.acquire()
         if args.overwrite:
             clear_run_folder(output_dir)
-        check_run_folder(args, train_settings(args, model_args, tiny_args, model_path=model_path), record=True)
+        settings = train_settings(args, model_args, tiny_args, model_path=model_path)
+        check_run_folder(args, settings, record=True, defaults=defaults)
     output_dir.mkdir(parents=True, exist_ok=True)
     save_resolved_config(output_dir / CONFIG_FILE, model_args, tiny_args, args)
     _setup_trackers(args)
