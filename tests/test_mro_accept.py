@@ -237,3 +237,32 @@ def test_eval_writes_the_accept_keys_table_and_plots(tmp_path, tiny_model_dir, m
     assert "## MRO Controller stopping" in (tmp_path / "eval" / "table.md").read_text()
     for name in ("controller_stop_curve.png", "controller_reliability.png"):
         assert (tmp_path / "eval" / "plots" / name).stat().st_size > 0
+
+
+def test_the_moderator_controller_asks_for_the_configured_top_logprobs():
+    """A moderator Controller reads P(STOP) from its own call's top-k; ``top_logprobs`` 0 (EvalConfig
+    ``moderator_top_logprobs: 0``) asks for none: the same decision, no probability."""
+    from metamod.llm.base import SamplingConfig
+    from metamod.rollout.mro.roles import ACCEPT, ControllerRequest, ModeratorController
+    from metamod.tasks.base import Example
+
+    class Moderator:
+        name, context_length = "scripted-moderator", None
+
+        def __init__(self) -> None:
+            self.asked: list[int] = []
+
+        def chat(self, conversations, sampling):
+            self.asked.append(sampling.top_logprobs)
+            tokens = ["STOP", " <answer>", "4", "</answer>"] if sampling.top_logprobs else None
+            top = [{"STOP": L(0.8), "CONTINUE": L(0.2)}, {}, {}, {}] if sampling.top_logprobs else None
+            return [Generation("STOP <answer>4</answer>", 40, 4, "stop", tokens=tokens, top_logprobs=top)
+                    for _ in conversations]  # fmt: skip
+
+    example = Example(id="q", question="What is 2 + 2?", gold="4", kind="math")
+    request = ControllerRequest(example, 1, "2 + 2 = 4. <answer>4</answer>", "4", None, "No error found.")
+    generator, sampling = Moderator(), SamplingConfig(temperature=0.0, max_tokens=16)
+    turn = ModeratorController(generator, sampling).decide([request])[0]
+    assert generator.asked == [10] and turn.decision.action == ACCEPT and turn.p_stop == pytest.approx(0.8)
+    quiet = ModeratorController(generator, sampling, top_logprobs=0).decide([request])[0]
+    assert generator.asked[-1] == 0 and quiet.decision.action == ACCEPT and quiet.p_stop is None

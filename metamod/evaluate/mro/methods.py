@@ -71,7 +71,7 @@ class MROOptions:
         metadata={
             "help": "Top-k log-probs the prompted Controller's own call asks for, to read P(Accept) and P(STOP) at "
             "its ACTION value (p_accept, p_stop) at no extra generation; 0: ask for none (a server that rejects "
-            "logprobs): both are then null. A moderator Controller asks for the top 10 regardless."
+            "logprobs): both are then null. A moderator Controller asks for moderator_top_logprobs."
         },
     )
     retry_with_attempt: bool = field(
@@ -278,6 +278,7 @@ class MROTrainedController(_MROBase):
         return ModeratorController(
             getattr(self.context, self.generator_role),
             self.context.moderator_sampling,
+            top_logprobs=self.context.moderator_sampling.top_logprobs,  # EvalConfig.moderator_top_logprobs (0: none)
             memory=self.context.memory,
             method=self.name,
         )

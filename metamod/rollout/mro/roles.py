@@ -225,17 +225,10 @@ class LLMMonitor(_LLMRole):
         return self.chat(conversations)
 
 
-class LLMController(_LLMRole):
-    """The prompted Controller: ACCEPT / PATCH / RESTART with tagged fields (``mro_controller``).
-
-    At the last iteration a RESTART cannot run: the engine ends the loop with status ``max_iterations`` and the
-    last candidate's answer, as in MC² (the budget is exhausted).
-
-    The one ``chat`` call also asks for the top ``top_logprobs`` log-probs (default
-    :data:`~metamod.rewards.moderator.DECISION_TOP_LOGPROBS`; nothing extra is generated; 0 asks for none), from
-    which each turn carries ``p_accept`` = P(ACCEPT) and ``p_stop`` = P(ACCEPT) + P(PATCH) at the ``ACTION`` value
-    (:func:`~metamod.rollout.mro.parse.action_probabilities`; ``None`` without the field or the log-probs).
-    """
+class _ControllerRole(_LLMRole):
+    """A Controller role whose one ``chat`` call also asks for the top ``top_logprobs`` log-probs of its decision
+    tokens (default :data:`~metamod.rewards.moderator.DECISION_TOP_LOGPROBS`; nothing extra is generated; 0 asks
+    for none, and its probabilities are then ``None``)."""
 
     role = "controller"
 
@@ -250,6 +243,22 @@ class LLMController(_LLMRole):
         super().__init__(generator, sampling, **kwargs)
         self.top_logprobs = top_logprobs
 
+    def _asked_top_logprobs(self) -> int:
+        return max(self.sampling.top_logprobs, self.top_logprobs) if self.top_logprobs else 0
+
+
+class LLMController(_ControllerRole):
+    """The prompted Controller: ACCEPT / PATCH / RESTART with tagged fields (``mro_controller``).
+
+    At the last iteration a RESTART cannot run: the engine ends the loop with status ``max_iterations`` and the
+    last candidate's answer, as in MC² (the budget is exhausted).
+
+    The one ``chat`` call also asks for the top ``top_logprobs`` log-probs (default
+    :data:`~metamod.rewards.moderator.DECISION_TOP_LOGPROBS`; nothing extra is generated; 0 asks for none), from
+    which each turn carries ``p_accept`` = P(ACCEPT) and ``p_stop`` = P(ACCEPT) + P(PATCH) at the ``ACTION`` value
+    (:func:`~metamod.rollout.mro.parse.action_probabilities`; ``None`` without the field or the log-probs).
+    """
+
     def decide(self, requests: list[ControllerRequest]) -> list[ControllerTurn]:
         conversations = [
             self._policy_prompt(
@@ -261,8 +270,7 @@ class LLMController(_LLMRole):
             )
             for r in requests
         ]
-        asked = max(self.sampling.top_logprobs, self.top_logprobs) if self.top_logprobs else 0
-        generations = self.chat(conversations, top_logprobs=asked)
+        generations = self.chat(conversations, top_logprobs=self._asked_top_logprobs())
         turns = []
         for r, g in zip(requests, generations, strict=True):
             decision = parse_controller(g.text, error_found=r.report.error_found if r.report else None)
@@ -303,16 +311,15 @@ def moderator_decision(text: str, request: ControllerRequest) -> ControllerDecis
     return ControllerDecision(PATCH, answer, "", None, None, how)
 
 
-class ModeratorController(_LLMRole):
+class ModeratorController(_ControllerRole):
     """A moderator model as Controller (``build-dataset --source mro`` trains one; the prompted base works too).
 
     The prompt is :func:`~metamod.rollout.state.controller_messages` (the forced variant at the last iteration);
     decisions follow :func:`moderator_decision`. ``settings()['protocol']`` is ``"moderator"``. This prompt is the
     one a trained moderator learned on, so it has no replaceable policy part: memory guidance, a composed policy
-    too, is prepended to it.
+    too, is prepended to it. Its P(STOP) is read from the same call (``top_logprobs``, as for the prompted
+    Controller).
     """
-
-    role = "controller"
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "protocol": "moderator"}
@@ -326,7 +333,7 @@ class ModeratorController(_LLMRole):
             )
             for r in requests
         ]
-        generations = self.chat(conversations, top_logprobs=max(self.sampling.top_logprobs, DECISION_TOP_LOGPROBS))
+        generations = self.chat(conversations, top_logprobs=self._asked_top_logprobs())
         return [
             ControllerTurn(
                 g, moderator_decision(g.text, r), decision_probability(g.tokens, g.top_logprobs), reads_p_stop=True
