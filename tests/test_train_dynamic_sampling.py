@@ -2,6 +2,7 @@
 and one tiny end-to-end run with dynamic sampling, the curriculum and held-out curves on."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +19,8 @@ from metamod.train.dynamic_sampling import (
 )
 from metamod.train.grpo import ModeratorGRPOConfig, main
 from tests._train_data import save_dataset
+
+REPO = Path(__file__).resolve().parents[1]
 
 NAN = float("nan")
 
@@ -295,3 +298,28 @@ def test_tiny_run_with_refill_curriculum_and_curves(tiny_model_dir, tmp_path):
     assert "## Learning curves" in card and "![learning curves](plots/learning_curves.png)" in card
     assert "held-out control acc" in card and (exported / "plots" / "learning_curves.png").is_file()
     assert json.loads((exported / "curves.json").read_text()) == curves
+
+
+def test_refill_under_two_processes(tiny_model_dir, tmp_path):
+    """The multi-process path: two CPU processes under ``accelerate launch`` (gloo) agree on the number of refill
+    calls and the prompts drawn (a disagreement would hang in a gather or fail in the merge), and the run ends."""
+    import subprocess
+    import sys
+
+    data = save_dataset(tmp_path / "data")
+    out = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "metamod.cli", "train",
+        "--config", "configs/train/tiny_sim.yaml", "--model_name_or_path", str(tiny_model_dir),
+        "--build_tiny_model", "false", "--dataset_path", data, "--output_dir", str(out), "--warm_start", "false",
+        "--per_device_train_batch_size", "8", "--max_completion_length", "6", "--logging_steps", "1",
+        "--max_steps", "2", "--save_strategy", "no", "--sample_log_steps", "0", "--drop_constant_groups", "true",
+        "--max_refill_batches", "2",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "train_summary.json").read_text())["global_step"] == 2
+    logged = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "reward" in h]
+    # the untrained tiny model writes no protocol: every group is constant, so each step refills on both processes
+    assert len(logged) == 2 and all(h["refill/calls"] > 0 and h["refill/dropped_groups"] > 0 for h in logged)
