@@ -29,7 +29,8 @@ keeps the std of the call that generated it). Logged per step through the traine
 Multi-process: each process decides on its own groups (the per-process generation batch must hold whole groups,
 checked by the config), but every process makes the same number of refill calls (the need is gathered and the
 maximum taken: ``super()`` gathers across processes) and draws the same prompts, taking its own slice of them.
-Both paths are tested (two CPU processes under ``accelerate launch``: tests/test_train_dynamic_sampling.py). The refill cursor restarts when a run is resumed from a checkpoint.
+Both paths are tested (two CPU processes under ``accelerate launch``: tests/test_train_dynamic_sampling.py). The
+refill cursor restarts when a run is resumed from a checkpoint.
 
 >>> import torch
 >>> constant_groups(torch.tensor([1.0, 1.0000001, 0.0, 1.0]), num_generations=2, tolerance=1e-6).tolist()
