@@ -60,6 +60,10 @@ VARIANTS: dict[str, list[str]] = {
                          "--drop_constant_groups", "true"],
     "grpo_outcome_refill": ["--reward_funcs", "format", "outcome", "--curriculum_oversample", "3",
                             "--drop_constant_groups", "true"],
+    # the same preset with the outcome reward
+    "grpo_outcome_dapo_preset": ["--reward_funcs", "format", "outcome", "--per_device_train_batch_size", "16",
+                                 "--num_generations", "8", "--temperature", "1.0", "--curriculum_oversample", "2",
+                                 "--drop_constant_groups", "true"],
 }  # fmt: skip
 
 
@@ -79,10 +83,14 @@ LOOPS = {
 MAX_ROUNDS = 3  # configs/eval/smol_debate.yaml
 
 
-def stage(name: str, argv: list[str], marker: Path, timings: dict[str, float]) -> None:
+def stage(name: str, argv: list[str], marker: Path, timings: dict[str, float], methods: tuple[str, ...] = ()) -> None:
+    """Run ``metamod argv`` unless ``marker`` exists (for an evaluation: and its results hold every method of
+    ``methods``; the evaluation then resumes, computing only the added methods' cells)."""
     if marker.exists():
-        logging.info("%s: done already (%s)", name, marker)
-        return
+        done = json.loads(marker.read_text())["results"] if methods else {}
+        if all(m in task for m in methods for task in done.values()):
+            logging.info("%s: done already (%s)", name, marker)
+            return
     started = time.perf_counter()
     logging.info("%s: metamod %s", name, " ".join(argv))
     code = metamod(argv)
@@ -177,7 +185,7 @@ def main() -> None:
             argv += ["--traces", args.eval_traces, "--stop_curve", str(stop_curve).lower()]
         else:
             argv += ["--seeds", "0"]
-        stage(f"eval-{name}", argv, folder / "results.json", timings)
+        stage(f"eval-{name}", argv, folder / "results.json", timings, methods)
         return folder
 
     folders = {"bootstrap": evaluate("bootstrap", args.bootstrap, True)}
