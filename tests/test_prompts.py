@@ -1,5 +1,6 @@
 """Prompt templates: overrides by name (`--prompts`), their validation, the CLI flag end to end, the tiny model."""
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -172,3 +173,42 @@ def test_environment_variable_is_validated_by_the_dispatcher(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "prompts file not found" in err and f"${PROMPTS_ENV}" in err
     assert os.environ[PROMPTS_ENV] == str(tmp_path / "gone.yaml")  # restored as it was
+
+
+def test_build_dataset_renders_rows_with_the_prompts_the_traces_were_made_with(tmp_path, capsys, caplog):
+    prompts = _write(tmp_path / "prompts.yaml", {"moderator_decide": DECIDE})
+    run, other_run = tmp_path / "run", tmp_path / "other"
+    rollout = ["rollout", "--config", str(SIM_ROLLOUT), "--limit", "3"]
+    assert main([*rollout, "--output_dir", str(run), "--prompts", str(prompts)]) == 0
+    assert main([*rollout, "--output_dir", str(other_run)]) == 0  # the shipped templates
+
+    def rows(data) -> list[str]:
+        return [r["prompt"][0]["content"] for r in load_from_disk(str(data))["train"] if not r["is_final_round"]]
+
+    # no --prompts: the traces' own prompts file renders the rows, and is no longer in effect afterwards
+    build = ["build-dataset", "--traces", str(run), "--validation_fraction", "0"]
+    assert main([*build, "--output_dir", str(tmp_path / "ds")]) == 0
+    assert rows(tmp_path / "ds") and all(r.startswith("ZEBRA-MODERATOR") for r in rows(tmp_path / "ds"))
+    assert PROMPTS_ENV not in os.environ
+    saved = yaml.safe_load((tmp_path / "ds" / "build_dataset_config.yaml").read_text())
+    assert saved["prompts_sha256"] == hashlib.sha256(prompts.read_bytes()).hexdigest()
+    from metamod.rollout.snapshots import build_dataset
+
+    build_dataset(run, None, validation_fraction=0)  # the library call restores the shipped templates too
+    assert active_prompts_file() is None
+    # an explicit other wording is the user's choice: built, with a warning naming both
+    caplog.clear()
+    assert main(["--prompts", str(_write(tmp_path / "p2.yaml", {"judge": "Judge Q: {question}\n{responses}"})), *build,
+                 "--output_dir", str(tmp_path / "ds2")]) == 0  # fmt: skip
+    assert not any(r.startswith("ZEBRA") for r in rows(tmp_path / "ds2"))
+    assert any("traces were made with" in m and str(prompts.resolve()) in m for m in caplog.messages)
+    # traces made with different prompts in one dataset: refused
+    capsys.readouterr()
+    assert main(["build-dataset", "--traces", str(run), str(other_run), "--output_dir", str(tmp_path / "ds3")]) == 2
+    assert "made with different prompts" in capsys.readouterr().err
+    # the prompts file changed since the rollout: one line, nothing written
+    prompts.write_text(prompts.read_text() + "\n# edited\n")
+    assert main([*build, "--output_dir", str(tmp_path / "ds4")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has changed since" in err and str(prompts.resolve()) in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "ds4").exists()

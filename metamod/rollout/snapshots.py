@@ -27,7 +27,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,70 @@ def _trace_files(traces: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
     return files
 
 
+def traces_prompts(files: Sequence[Path]) -> dict[str, str] | None:
+    """The prompts the traces were made with, from the ``rollout_config.yaml`` beside them: ``{"prompts_file",
+    "prompts_sha256"}``, ``{}`` for the shipped templates, ``None`` when no traces file has a rollout config.
+
+    Raises:
+        ConfigError: the traces files were made with different prompts (build one dataset per prompts file).
+    """
+    import yaml
+
+    from metamod.rollout.run import CONFIG_FILE as ROLLOUT_CONFIG
+
+    found: dict[Path, dict[str, str]] = {}
+    for path in files:
+        config_path = path.parent / ROLLOUT_CONFIG
+        if config_path.is_file():
+            config = yaml.safe_load(config_path.read_text()) or {}
+            found[path] = {k: config[k] for k in ("prompts_file", "prompts_sha256") if config.get(k)}
+    records = {tuple(sorted(r.items())) for r in found.values()}
+    if len(records) > 1:
+        described = "; ".join(f"{p}: {r.get('prompts_file', 'shipped templates')}" for p, r in found.items())
+        raise ConfigError(f"the traces files were made with different prompts ({described}); build one dataset each")
+    return next(iter(found.values())) if found else None
+
+
+@contextmanager
+def traces_prompts_in_effect(files: Sequence[Path]) -> Iterator[None]:
+    """Render the rows with the prompts the traces were made with (the evaluation prompts the model the same way).
+
+    With no prompts file active (no ``--prompts``, no ``prompts:`` key), the one recorded in the traces'
+    ``rollout_config.yaml`` is in effect inside the block (logged; the shipped templates again after it); a prompts
+    file that went missing or changed since is an error. An active prompts file other than the recorded one is the
+    user's choice: a warning names both.
+    """
+    from metamod.prompts import active_prompts_file, prompts_record, use_prompts
+
+    recorded = traces_prompts(files)
+    where = files[0].parent / "rollout_config.yaml"
+    active = prompts_record()
+    if recorded is None or active.get("prompts_sha256") == recorded.get("prompts_sha256"):  # the same wording
+        yield
+        return
+    if active_prompts_file() is not None:
+        logger.warning(
+            "The rows are rendered with the prompts in %s, but the traces were made with %s (%s): the model will be "
+            "trained on other wording than its loop showed it", active["prompts_file"],
+            recorded.get("prompts_file", "the shipped templates"), where,
+        )  # fmt: skip
+        yield
+        return
+    path = Path(recorded["prompts_file"])
+    if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != recorded["prompts_sha256"]:
+        state = "is missing" if not path.is_file() else "has changed since (its sha256 differs)"
+        raise ConfigError(
+            f"the traces were made with the prompts file {path} ({where}), which {state}; pass --prompts with that "
+            "wording (the rows must be rendered as the loop rendered them)"
+        )
+    use_prompts(path)
+    logger.info("Rendering the rows with the prompts the traces were made with: %s (%s)", path, where)
+    try:
+        yield
+    finally:
+        use_prompts(None)
+
+
 def build_dataset(
     traces_path: str | os.PathLike | Sequence[str | os.PathLike],
     output_dir: str | os.PathLike | None,
@@ -271,130 +336,137 @@ def build_dataset(
     except ValueError as err:
         raise ConfigError(str(err)) from None
     files = _trace_files(traces_path)
-    options = dataset_options(
-        validation_fraction=validation_fraction,
-        seed=seed,
-        max_rounds=max_rounds,
-        single_template=single_template,
-        keep_agents=keep_agents,
-        source=source,
-        outcome_estimator=outcome_estimator,
-    )
-
-    def read() -> tuple[Any, dict[str, Any]]:  # every trace read and checked; nothing written
-        if output_dir is not None and not overwrite:  # other settings: fail before reading the traces
-            _check_dataset_resume(Path(output_dir), options, files, overwrite=False)
-        splits: dict[str, list[dict]] = {"train": [], "validation": []}
-        seen: set[str] = set()
-        skipped: list[str] = []
-        duplicates = 0
-        trimmed_rows = 0
-        first_by_hash: tuple[float, str] | None = None
-        for path in files:
-            for number, trace in enumerate(read_traces(path, validate=False), start=1):
-                tid = str(trace.get("id", f"{path}:{number}"))
-                if (
-                    not isinstance(trace.get("question"), str)
-                    or not trace.get("question", "").strip()
-                    or not isinstance(trace.get("gold"), str)
-                    or not trace.get("gold", "").strip()
-                ):
-                    skipped.append(tid)
-                    continue
-                validate_trace(trace, f"{path}:{number}: trace {tid!r}")
-                if is_mro_trace(trace) != (source == "mro"):
-                    kind, flag = ("an MRO", "--source mro") if is_mro_trace(trace) else ("a debate", "--source debate")
-                    raise InputError(
-                        f"{path}:{number}: trace {tid!r} is {kind} trace but source is {source!r}; expected {source} "
-                        f"traces (build {kind.split()[-1]} rows with {flag}, from a separate traces file)"
-                    )
-                if tid in seen:
-                    duplicates += 1
-                    continue
-                seen.add(tid)
-                split = "validation" if is_validation(tid, fraction=validation_fraction, seed=seed) else "train"
-                if source == "mro":
-                    rows = mro_snapshot_rows(
-                        trace,
-                        max_rounds=max_rounds,
-                        single_template=single_template,
-                        outcome_estimator=outcome_estimator,
-                    )
-                else:
-                    rows = snapshot_rows(
-                        trace,
-                        max_rounds=max_rounds,
-                        single_template=single_template,
-                        keep_agents=keep_agents,
-                        outcome_estimator=outcome_estimator,
-                    )
-                if keep_agents is not None:
-                    trimmed_rows += sum(len(r["responses"]) > keep_agents for r in trace["rounds"][: len(rows)])
-                splits[split].extend(rows)
-                key = (_unit_hash(tid, seed), tid)
-                if first_by_hash is None or key < first_by_hash:
-                    first_by_hash = key
-        if skipped:
-            logger.warning("skipped %d trace(s) without question or gold: %s", len(skipped), ", ".join(skipped[:20]))
-        if duplicates:
-            logger.warning("dropped %d duplicate trace id(s) across inputs", duplicates)
-        if trimmed_rows:
-            logger.info("kept the first %d agents' responses (eta re-graded) in %d row(s)", keep_agents, trimmed_rows)
-        if not seen:
-            why = f"{len(skipped)} without question or gold" if skipped else "the file(s) are empty"
-            raise InputError(
-                f"{', '.join(str(p) for p in files)}: 0 usable traces ({why}); expected at least 1 debate trace: run "
-                "`metamod rollout` first (or point --traces at its traces.jsonl)"
-            )
-        # tiny sets: keep at least one validation question when a validation split was asked for
-        if validation_fraction > 0 and not splits["validation"] and len(seen) >= 2 and first_by_hash is not None:
-            moved = first_by_hash[1]
-            splits["validation"] = [r for r in splits["train"] if r["id"] == moved]
-            splits["train"] = [r for r in splits["train"] if r["id"] != moved]
-        features = dataset_features()
-        dataset = DatasetDict(
-            {
-                name: Dataset.from_list(rows, features=features)
-                if rows
-                else Dataset.from_dict({c: [] for c in features}, features=features)
-                for name, rows in splits.items()
-            }
+    with traces_prompts_in_effect(files):
+        options = dataset_options(
+            validation_fraction=validation_fraction,
+            seed=seed,
+            max_rounds=max_rounds,
+            single_template=single_template,
+            keep_agents=keep_agents,
+            source=source,
+            outcome_estimator=outcome_estimator,
         )
-        all_rows = splits["train"] + splits["validation"]
-        eta = eta_tally(all_rows)
-        summary = {
-            "questions": eta.questions,
-            "rows": {name: len(rows) for name, rows in splits.items()},
-            "questions_by_split": {name: len({r["id"] for r in rows}) for name, rows in splits.items()},
-            "eta_rate_by_round": eta.eta_rate_by_round(),
-            "coverage": eta.coverage(),
-            "simulated": any(r["simulated"] for r in all_rows),
-            "skipped_ids": skipped,
-            "duplicates": duplicates,
-            "sources": [str(p) for p in files],
-            "rows_with_agents_dropped": trimmed_rows,
-            "outcome": outcome_summary(all_rows),
-            "options": options,
-        }
-        return dataset, summary
 
-    if output_dir is None:
-        dataset, summary = read()
-    else:
-        output_dir = Path(output_dir)
-        with write_after_checks(output_dir, read) as (dataset, summary):
-            _check_dataset_resume(output_dir, options, files, overwrite=overwrite, record=True)
-            # one shard even for an empty split: datasets writes no file for 0 shards and cannot load it back
-            dataset.save_to_disk(
-                str(output_dir), num_shards={name: 1 if len(ds) == 0 else None for name, ds in dataset.items()}
+        def read() -> tuple[Any, dict[str, Any]]:  # every trace read and checked; nothing written
+            if output_dir is not None and not overwrite:  # other settings: fail before reading the traces
+                _check_dataset_resume(Path(output_dir), options, files, overwrite=False)
+            splits: dict[str, list[dict]] = {"train": [], "validation": []}
+            seen: set[str] = set()
+            skipped: list[str] = []
+            duplicates = 0
+            trimmed_rows = 0
+            first_by_hash: tuple[float, str] | None = None
+            for path in files:
+                for number, trace in enumerate(read_traces(path, validate=False), start=1):
+                    tid = str(trace.get("id", f"{path}:{number}"))
+                    if (
+                        not isinstance(trace.get("question"), str)
+                        or not trace.get("question", "").strip()
+                        or not isinstance(trace.get("gold"), str)
+                        or not trace.get("gold", "").strip()
+                    ):
+                        skipped.append(tid)
+                        continue
+                    validate_trace(trace, f"{path}:{number}: trace {tid!r}")
+                    if is_mro_trace(trace) != (source == "mro"):
+                        kind, flag = (
+                            ("an MRO", "--source mro") if is_mro_trace(trace) else ("a debate", "--source debate")
+                        )
+                        raise InputError(
+                            f"{path}:{number}: trace {tid!r} is {kind} trace but source is {source!r}; expected {source} "
+                            f"traces (build {kind.split()[-1]} rows with {flag}, from a separate traces file)"
+                        )
+                    if tid in seen:
+                        duplicates += 1
+                        continue
+                    seen.add(tid)
+                    split = "validation" if is_validation(tid, fraction=validation_fraction, seed=seed) else "train"
+                    if source == "mro":
+                        rows = mro_snapshot_rows(
+                            trace,
+                            max_rounds=max_rounds,
+                            single_template=single_template,
+                            outcome_estimator=outcome_estimator,
+                        )
+                    else:
+                        rows = snapshot_rows(
+                            trace,
+                            max_rounds=max_rounds,
+                            single_template=single_template,
+                            keep_agents=keep_agents,
+                            outcome_estimator=outcome_estimator,
+                        )
+                    if keep_agents is not None:
+                        trimmed_rows += sum(len(r["responses"]) > keep_agents for r in trace["rounds"][: len(rows)])
+                    splits[split].extend(rows)
+                    key = (_unit_hash(tid, seed), tid)
+                    if first_by_hash is None or key < first_by_hash:
+                        first_by_hash = key
+            if skipped:
+                logger.warning(
+                    "skipped %d trace(s) without question or gold: %s", len(skipped), ", ".join(skipped[:20])
+                )
+            if duplicates:
+                logger.warning("dropped %d duplicate trace id(s) across inputs", duplicates)
+            if trimmed_rows:
+                logger.info(
+                    "kept the first %d agents' responses (eta re-graded) in %d row(s)", keep_agents, trimmed_rows
+                )
+            if not seen:
+                why = f"{len(skipped)} without question or gold" if skipped else "the file(s) are empty"
+                raise InputError(
+                    f"{', '.join(str(p) for p in files)}: 0 usable traces ({why}); expected at least 1 debate trace: run "
+                    "`metamod rollout` first (or point --traces at its traces.jsonl)"
+                )
+            # tiny sets: keep at least one validation question when a validation split was asked for
+            if validation_fraction > 0 and not splits["validation"] and len(seen) >= 2 and first_by_hash is not None:
+                moved = first_by_hash[1]
+                splits["validation"] = [r for r in splits["train"] if r["id"] == moved]
+                splits["train"] = [r for r in splits["train"] if r["id"] != moved]
+            features = dataset_features()
+            dataset = DatasetDict(
+                {
+                    name: Dataset.from_list(rows, features=features)
+                    if rows
+                    else Dataset.from_dict({c: [] for c in features}, features=features)
+                    for name, rows in splits.items()
+                }
             )
-            atomic_write_json(output_dir / SUMMARY_FILE, summary, indent=2, sort_keys=False)
-            if config is not None:
-                save_resolved_config(output_dir / CONFIG_FILE, config)
-    if push_to_hub:
-        dataset.push_to_hub(repo_id, private=private)
-    dataset.info_summary = summary
-    return dataset
+            all_rows = splits["train"] + splits["validation"]
+            eta = eta_tally(all_rows)
+            summary = {
+                "questions": eta.questions,
+                "rows": {name: len(rows) for name, rows in splits.items()},
+                "questions_by_split": {name: len({r["id"] for r in rows}) for name, rows in splits.items()},
+                "eta_rate_by_round": eta.eta_rate_by_round(),
+                "coverage": eta.coverage(),
+                "simulated": any(r["simulated"] for r in all_rows),
+                "skipped_ids": skipped,
+                "duplicates": duplicates,
+                "sources": [str(p) for p in files],
+                "rows_with_agents_dropped": trimmed_rows,
+                "outcome": outcome_summary(all_rows),
+                "options": options,
+            }
+            return dataset, summary
+
+        if output_dir is None:
+            dataset, summary = read()
+        else:
+            output_dir = Path(output_dir)
+            with write_after_checks(output_dir, read) as (dataset, summary):
+                _check_dataset_resume(output_dir, options, files, overwrite=overwrite, record=True)
+                # one shard even for an empty split: datasets writes no file for 0 shards and cannot load it back
+                dataset.save_to_disk(
+                    str(output_dir), num_shards={name: 1 if len(ds) == 0 else None for name, ds in dataset.items()}
+                )
+                atomic_write_json(output_dir / SUMMARY_FILE, summary, indent=2, sort_keys=False)
+                if config is not None:
+                    save_resolved_config(output_dir / CONFIG_FILE, config)
+        if push_to_hub:
+            dataset.push_to_hub(repo_id, private=private)
+        dataset.info_summary = summary
+        return dataset
 
 
 def dataset_settings(options: dict[str, Any], files: Sequence[Path]) -> dict[str, Any]:
