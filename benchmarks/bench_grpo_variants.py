@@ -220,7 +220,7 @@ def main() -> None:
         row = {"variant": name, "n": len(correct), "accuracy": round(result["accuracy"], 4),
                "ci": [round(low, 4), round(high, 4)], "p_vs_bootstrap": None if name == "bootstrap" else
                round(mcnemar_exact(b, c), 4), "wins_losses_vs_bootstrap": [b, c],
-               "mean_rounds": round(result.get("mean_iterations") or result["mean_rounds"], 3),
+               "mean_rounds": round(result.get("mean_iterations") or result.get("mean_rounds") or 1, 3),  # reasoner_only: 1 call
                "tokens_per_question": round(result["tokens_per_question"], 1),
                **held_out_control(folder / "samples.jsonl", method),
                **(training_stats(runs[name]) if name in runs else {})}  # fmt: skip
