@@ -5,6 +5,9 @@
 ...                           report_to="none")
 >>> cfg.output_dir, cfg.reward_funcs
 ('checkpoints/moderator', ['format', 'control'])
+>>> ModeratorGRPOConfig(dataset_path="x", per_device_train_batch_size=4, num_generations=2, report_to="none",
+...                     reward_funcs=["format,outcome"]).reward_funcs  # --reward_funcs format,outcome
+['format', 'outcome']
 """
 
 from __future__ import annotations
@@ -167,8 +170,9 @@ class ModeratorGRPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         if self.output_dir is None:
             self.output_dir = f"checkpoints/{self.run_name or 'moderator'}"
-        if isinstance(self.reward_funcs, str):
-            self.reward_funcs = [n.strip() for n in self.reward_funcs.split(",") if n.strip()]
+        # "format,control" (YAML string) and --reward_funcs format,control (one CLI token) name two rewards
+        names = [self.reward_funcs] if isinstance(self.reward_funcs, str) else list(self.reward_funcs)
+        self.reward_funcs = [n.strip() for item in names for n in str(item).split(",") if n.strip()]
         if self.auto_cpu:
             import torch
 
