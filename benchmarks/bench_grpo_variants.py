@@ -111,11 +111,8 @@ def _decisions(record: dict, method: str) -> list[tuple[bool, bool, bool]]:
         return [(action in (1, 2), bool(eta), parses[k] in ("ok", "tagged"))
                 for k, (action, eta) in enumerate(zip(mro["actions"], mro["eta"], strict=True)) if k != last]  # fmt: skip
     eta = {r["round"]: bool(r["eta"]) for r in record["rounds"]}
-    return [
-        (bool(d["stop"]), eta[d["round"]], bool(d.get("valid")))
-        for d in entry["decisions"]
-        if d["round"] < MAX_ROUNDS - 1
-    ]  # fmt: skip  (the forced round has no choice)
+    # the forced last round has no choice
+    return [(bool(d["stop"]), eta[d["round"]], bool(d.get("valid"))) for d in entry["decisions"] if d["round"] < MAX_ROUNDS - 1]  # fmt: skip
 
 
 def held_out_control(samples: Path, method: str = "moderator") -> dict[str, float | int | None]:
