@@ -24,9 +24,21 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 # The llamacpp extra: llama.cpp's OpenAI-compatible server (`metamod model serve`, the llamacpp backend,
-# tests/test_llamacpp_server.py, which skip without it). A source distribution: pip builds llama.cpp once
-# (12-28 min on a shared 2-core machine) and caches the wheel.
+# tests/test_llamacpp_server.py, which skip without it). A source distribution: llama.cpp is built once (4-28 min on
+# a 2-core machine) into .cache/llamacpp-wheels/<hash of the build flags>/ and installed from there.
+# The CPU code is built for a portable level (AVX2, FMA, F16C), not -march=native: a native build on a machine with
+# AMX (Intel Sapphire Rapids and later) compiles llama.cpp's AMX kernels, and its server then segfaults on the first
+# request (measured on this project's CI machine, 2026-12-05; llama.cpp issue #20824). For the fastest code on a
+# machine without AMX: make install-llamacpp LLAMACPP_CMAKE_ARGS=-DGGML_NATIVE=ON
+# (pip's own wheel cache is keyed by the source only, so it would hand back a wheel built with other flags.)
+LLAMACPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+LLAMACPP_PIN := $(shell grep -o 'llama-cpp-python\[server\]==[0-9.]*' pyproject.toml | sed 's/\[server\]//')
+LLAMACPP_WHEELS := .cache/llamacpp-wheels/$(shell echo '$(LLAMACPP_PIN) $(LLAMACPP_CMAKE_ARGS)' | sha256sum | cut -c1-12)
 install-llamacpp: install
+	test -n "$(LLAMACPP_PIN)"  # the llamacpp extra's pin, read from pyproject.toml
+	ls $(LLAMACPP_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
+		CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" $(PIP) wheel -q --no-deps --no-cache-dir -w $(LLAMACPP_WHEELS) "$(LLAMACPP_PIN)"
+	$(PIP) install -q --force-reinstall --no-deps $(LLAMACPP_WHEELS)/llama_cpp_python-*.whl
 	$(PIP) install -q -e ".[llamacpp]"
 
 test: install
