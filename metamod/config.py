@@ -582,8 +582,11 @@ def _compare(
             return fingerprint
         keys = sorted((set(saved["settings"]) | set(current)) - set(ignore))
         differ = settings_diff(resolve_local_paths(saved["settings"], force=True), resolved, keys=keys)
-        added = {k for k in differ if k not in saved["settings"] and k in defaults and k in current}
-        at_default = {k for k in added if current[k] == _canonical(defaults[k])}
+        at_default = {  # options added after the folder was recorded, left at their defaults
+            k
+            for k in differ
+            if k not in saved["settings"] and k in defaults and current.get(k) == _canonical(defaults[k])
+        }
         differ = [k for k in differ if k not in at_default]
         if not differ:
             return saved["fingerprint"] if at_default else fingerprint

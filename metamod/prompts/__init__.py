@@ -177,7 +177,12 @@ def prompts_record() -> dict[str, str]:
     if path is None:
         return {}
     load_prompts_file(path)  # fails clearly on a file that went missing or bad
-    return {"prompts_file": str(path), "prompts_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return {"prompts_file": str(path), "prompts_sha256": prompts_sha256(path)}
+
+
+def prompts_sha256(path: str | os.PathLike) -> str:
+    """The content hash a run records for a prompts file (``prompts_sha256``)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def templates() -> dict[str, str]:

@@ -27,8 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from metamod.rollout.mro.traces import is_mro_trace
 from metamod.rollout.outcome import add_outcome_columns, majority_correct, outcome_summary
 from metamod.rollout.state import moderator_messages
 from metamod.rollout.stats import eta_tally
+from metamod.rollout.trace_prompts import traces_prompts_in_effect
 from metamod.rollout.traces import example_trace, read_traces, validate_trace  # noqa: F401 (example_trace: doctest)
 from metamod.tasks.grading import is_equivalent
 
@@ -202,70 +202,6 @@ def _trace_files(traces: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
     if not files:
         raise ValueError("build_dataset needs at least one traces file")
     return files
-
-
-def traces_prompts(files: Sequence[Path]) -> dict[str, str] | None:
-    """The prompts the traces were made with, from the ``rollout_config.yaml`` beside them: ``{"prompts_file",
-    "prompts_sha256"}``, ``{}`` for the shipped templates, ``None`` when no traces file has a rollout config.
-
-    Raises:
-        ConfigError: the traces files were made with different prompts (build one dataset per prompts file).
-    """
-    import yaml
-
-    from metamod.rollout.run import CONFIG_FILE as ROLLOUT_CONFIG
-
-    found: dict[Path, dict[str, str]] = {}
-    for path in files:
-        config_path = path.parent / ROLLOUT_CONFIG
-        if config_path.is_file():
-            config = yaml.safe_load(config_path.read_text()) or {}
-            found[path] = {k: config[k] for k in ("prompts_file", "prompts_sha256") if config.get(k)}
-    records = {tuple(sorted(r.items())) for r in found.values()}
-    if len(records) > 1:
-        described = "; ".join(f"{p}: {r.get('prompts_file', 'shipped templates')}" for p, r in found.items())
-        raise ConfigError(f"the traces files were made with different prompts ({described}); build one dataset each")
-    return next(iter(found.values())) if found else None
-
-
-@contextmanager
-def traces_prompts_in_effect(files: Sequence[Path]) -> Iterator[None]:
-    """Render the rows with the prompts the traces were made with (the evaluation prompts the model the same way).
-
-    With no prompts file active (no ``--prompts``, no ``prompts:`` key), the one recorded in the traces'
-    ``rollout_config.yaml`` is in effect inside the block (logged; the shipped templates again after it); a prompts
-    file that went missing or changed since is an error. An active prompts file other than the recorded one is the
-    user's choice: a warning names both.
-    """
-    from metamod.prompts import active_prompts_file, prompts_record, use_prompts
-
-    recorded = traces_prompts(files)
-    where = files[0].parent / "rollout_config.yaml"
-    active = prompts_record()
-    if recorded is None or active.get("prompts_sha256") == recorded.get("prompts_sha256"):  # the same wording
-        yield
-        return
-    if active_prompts_file() is not None:
-        logger.warning(
-            "The rows are rendered with the prompts in %s, but the traces were made with %s (%s): the model will be "
-            "trained on other wording than its loop showed it", active["prompts_file"],
-            recorded.get("prompts_file", "the shipped templates"), where,
-        )  # fmt: skip
-        yield
-        return
-    path = Path(recorded["prompts_file"])
-    if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != recorded["prompts_sha256"]:
-        state = "is missing" if not path.is_file() else "has changed since (its sha256 differs)"
-        raise ConfigError(
-            f"the traces were made with the prompts file {path} ({where}), which {state}; pass --prompts with that "
-            "wording (the rows must be rendered as the loop rendered them)"
-        )
-    use_prompts(path)
-    logger.info("Rendering the rows with the prompts the traces were made with: %s (%s)", path, where)
-    try:
-        yield
-    finally:
-        use_prompts(None)
 
 
 def build_dataset(
